@@ -1,0 +1,270 @@
+package alloc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+)
+
+// ErrPoolExhausted means no address is free right now. It is temporary:
+// cooling addresses come back and `eni-cni warm` adds more.
+var ErrPoolExhausted = errors.New("no free address")
+
+// ExhaustedError carries the pool counts of a failed allocation so the
+// message tells the operator why the pool is empty.
+type ExhaustedError struct {
+	Counts Counts
+}
+
+func (e *ExhaustedError) Error() string {
+	return fmt.Sprintf("no free address (%d allocated, %d cooling, %d in pool)",
+		e.Counts.Allocated, e.Counts.Cooling, e.Counts.Total)
+}
+
+func (e *ExhaustedError) Is(target error) bool { return target == ErrPoolExhausted }
+
+// Counts summarises a pool.
+type Counts struct {
+	Total     int `json:"total"`
+	Free      int `json:"free"`
+	Cooling   int `json:"cooling"`
+	Allocated int `json:"allocated"`
+}
+
+// Request is what an ADD knows about the attachment it wants an address for.
+type Request struct {
+	Key
+	PodNamespace, PodName, PodUID string
+	Netns                         string
+	HostVeth                      string
+}
+
+// Manager performs each operation as one locked read-modify-write of the
+// store. It never holds the lock across anything but state I/O.
+type Manager struct {
+	Store       Store
+	Pool        Pool
+	BootID      string        // current boot; allocations of other boots are dropped
+	Cooldown    time.Duration // how long a freed address rests before reuse
+	LockTimeout time.Duration
+	Now         func() time.Time
+}
+
+func (m *Manager) now() time.Time {
+	if m.Now != nil {
+		return m.Now()
+	}
+	return time.Now()
+}
+
+// Update runs fn on the current state under the lock and saves the result
+// when fn reports a change. It is the one place that locks, loads and saves.
+func (m *Manager) Update(ctx context.Context, fn func(st *State) (changed bool, err error)) (err error) {
+	if m.LockTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, m.LockTimeout)
+		defer cancel()
+	}
+	if err := m.Store.Lock(ctx); err != nil {
+		return err
+	}
+	defer func() {
+		if uerr := m.Store.Unlock(); uerr != nil && err == nil {
+			err = uerr
+		}
+	}()
+	st, err := m.Store.Load()
+	if err != nil {
+		return err
+	}
+	changed := m.newBoot(st)
+	if m.pruneCooling(st) {
+		changed = true
+	}
+	fnChanged, err := fn(st)
+	if err != nil {
+		return err
+	}
+	if changed || fnChanged {
+		return m.Store.Save(st)
+	}
+	return nil
+}
+
+// newBoot drops the allocations of a previous boot. Pods and their veths do
+// not survive a reboot but /var/lib does; without this the addresses of
+// dead pods would stay taken forever. The pool itself is kept.
+func (m *Manager) newBoot(st *State) bool {
+	if m.BootID == "" || st.BootID == m.BootID {
+		return false
+	}
+	if st.BootID != "" {
+		st.Allocations = []Allocation{}
+		st.Cooling = []Cooling{}
+	}
+	st.BootID = m.BootID
+	return true
+}
+
+func (m *Manager) pruneCooling(st *State) bool {
+	now := m.now()
+	kept := st.Cooling[:0]
+	for _, c := range st.Cooling {
+		if now.Before(c.Until) {
+			kept = append(kept, c)
+		}
+	}
+	pruned := len(kept) != len(st.Cooling)
+	st.Cooling = kept
+	return pruned
+}
+
+// Allocate returns the address of req's attachment, taking a free one if the
+// attachment has none yet. existed is true when ADD is being repeated.
+func (m *Manager) Allocate(ctx context.Context, req Request) (a Allocation, existed bool, err error) {
+	err = m.Update(ctx, func(st *State) (bool, error) {
+		if i := st.Find(req.Key); i >= 0 {
+			a, existed = st.Allocations[i], true
+			return false, nil
+		}
+		ip, eni, ok := m.pick(st)
+		if !ok {
+			return false, &ExhaustedError{Counts: m.Counts(st)}
+		}
+		a = Allocation{
+			Key: req.Key, IP: ip, ENI: eni,
+			PodNamespace: req.PodNamespace, PodName: req.PodName, PodUID: req.PodUID,
+			Netns: req.Netns, HostVeth: req.HostVeth, AllocatedAt: m.now().UTC(),
+		}
+		st.Allocations = append(st.Allocations, a)
+		st.LastIP = ip
+		return true, nil
+	})
+	if err != nil {
+		return Allocation{}, false, fmt.Errorf("allocate ip for %s: %w", req.Key, err)
+	}
+	return a, existed, nil
+}
+
+// pick returns the first usable address after st.LastIP, wrapping around.
+func (m *Manager) pick(st *State) (netip.Addr, string, bool) {
+	taken := make(map[netip.Addr]bool, len(st.Allocations)+len(st.Cooling))
+	for _, a := range st.Allocations {
+		taken[a.IP] = true
+	}
+	for _, c := range st.Cooling {
+		taken[c.IP] = true
+	}
+	var first netip.Addr
+	var firstENI string
+	seenLast := !st.LastIP.IsValid()
+	for ip, eni := range m.Pool.Addrs(st) {
+		if taken[ip] {
+			if ip == st.LastIP {
+				seenLast = true
+			}
+			continue
+		}
+		if seenLast {
+			return ip, eni, true
+		}
+		if !first.IsValid() {
+			first, firstENI = ip, eni
+		}
+		if ip == st.LastIP {
+			seenLast = true
+		}
+	}
+	// Nothing free after LastIP (or LastIP left the pool): wrap around.
+	return first, firstENI, first.IsValid()
+}
+
+// Release frees the address of k into cooldown. If ip is valid the
+// allocation is only released while it still holds ip, so a slow DEL cannot
+// free an address that was given out again. found is false when there was
+// nothing to release; that is not an error (DEL is idempotent).
+func (m *Manager) Release(ctx context.Context, k Key, ip netip.Addr) (a Allocation, found bool, err error) {
+	return m.release(ctx, k, ip, m.Cooldown)
+}
+
+// Undo releases an allocation that never reached a pod (ADD failed after
+// allocating), so no cooldown is needed.
+func (m *Manager) Undo(ctx context.Context, k Key, ip netip.Addr) error {
+	_, _, err := m.release(ctx, k, ip, 0)
+	return err
+}
+
+func (m *Manager) release(ctx context.Context, k Key, ip netip.Addr, cooldown time.Duration) (a Allocation, found bool, err error) {
+	err = m.Update(ctx, func(st *State) (bool, error) {
+		i := st.Find(k)
+		if i < 0 || (ip.IsValid() && st.Allocations[i].IP != ip) {
+			return false, nil
+		}
+		a, found = st.Allocations[i], true
+		st.Allocations = append(st.Allocations[:i], st.Allocations[i+1:]...)
+		if cooldown > 0 {
+			st.Cooling = append(st.Cooling, Cooling{IP: a.IP, Until: m.now().Add(cooldown).UTC()})
+		}
+		return true, nil
+	})
+	if err != nil {
+		return Allocation{}, false, fmt.Errorf("release ip of %s: %w", k, err)
+	}
+	return a, found, nil
+}
+
+// Get returns the allocation of k, if any.
+func (m *Manager) Get(ctx context.Context, k Key) (a Allocation, found bool, err error) {
+	err = m.Update(ctx, func(st *State) (bool, error) {
+		if i := st.Find(k); i >= 0 {
+			a, found = st.Allocations[i], true
+		}
+		return false, nil
+	})
+	if err != nil {
+		return Allocation{}, false, fmt.Errorf("look up %s: %w", k, err)
+	}
+	return a, found, nil
+}
+
+// Snapshot returns a copy of the state and its pool counts.
+func (m *Manager) Snapshot(ctx context.Context) (st *State, c Counts, err error) {
+	err = m.Update(ctx, func(s *State) (bool, error) {
+		st, c = s, m.Counts(s)
+		return false, nil
+	})
+	return st, c, err
+}
+
+// Counts summarises st against the pool.
+func (m *Manager) Counts(st *State) Counts {
+	c := Counts{Total: m.Pool.Size(st)}
+	allocated := make(map[netip.Addr]bool, len(st.Allocations))
+	for _, a := range st.Allocations {
+		if m.Pool.Contains(st, a.IP) {
+			c.Allocated++
+			allocated[a.IP] = true
+		}
+	}
+	now := m.now()
+	for _, cl := range st.Cooling {
+		if !allocated[cl.IP] && now.Before(cl.Until) && m.Pool.Contains(st, cl.IP) {
+			c.Cooling++
+		}
+	}
+	c.Free = c.Total - c.Allocated - c.Cooling
+	return c
+}
+
+// ReadBootID returns the kernel's boot ID.
+func ReadBootID() (string, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return "", fmt.Errorf("read boot id: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}

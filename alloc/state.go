@@ -1,0 +1,174 @@
+// Package alloc owns the node's address state: the JSON state file and its
+// lock, the schema version, which sandbox attachment holds which address,
+// the cooldown of freed addresses and the boot ID that invalidates
+// allocations after a reboot. It knows nothing of netlink, AWS or CRI.
+package alloc
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// SchemaVersion is the state file format this binary reads and writes.
+// Any change that adds or renames a field bumps it: an older binary would
+// otherwise load a newer file, drop what it does not know and save it back.
+const SchemaVersion = 1
+
+// Key identifies one attachment of a sandbox to a network, the identity the
+// CNI spec gives DEL: the netns may already be gone when DEL arrives.
+type Key struct {
+	Network     string `json:"network"`
+	ContainerID string `json:"containerID"`
+	IfName      string `json:"ifname"`
+}
+
+func (k Key) String() string {
+	return fmt.Sprintf("%s/%s in network %q", shortID(k.ContainerID), k.IfName, k.Network)
+}
+
+// Allocation records who holds an address. Pod name, namespace and UID are
+// for people and logs; the sandbox (ContainerID) owns the address.
+type Allocation struct {
+	Key
+	IP           netip.Addr `json:"ip"`
+	PodNamespace string     `json:"podNamespace"`
+	PodName      string     `json:"podName"`
+	PodUID       string     `json:"podUID"`
+	Netns        string     `json:"netns"`
+	HostVeth     string     `json:"hostVeth"`
+	ENI          string     `json:"eni"`
+	AllocatedAt  time.Time  `json:"allocatedAt"`
+}
+
+// Cooling is a freed address that must not be reused before Until, so that
+// conntrack entries and ARP caches that still point at the old pod expire.
+type Cooling struct {
+	IP    netip.Addr `json:"ip"`
+	Until time.Time  `json:"until"`
+}
+
+// PoolAddr is an address a dynamic pool source (EC2) has assigned to this
+// node. The static source computes its pool from configuration instead.
+type PoolAddr struct {
+	IP      netip.Addr `json:"ip"`
+	ENI     string     `json:"eni"`
+	AddedAt time.Time  `json:"addedAt"`
+	// Unusable marks an address being given back to EC2: it is set, and
+	// saved, before the unassign call so no ADD can take it meanwhile.
+	Unusable bool `json:"unusable,omitempty"`
+}
+
+// State is the whole content of the state file.
+type State struct {
+	Version     int          `json:"version"`
+	BootID      string       `json:"bootID"`
+	Allocations []Allocation `json:"allocations"`
+	Cooling     []Cooling    `json:"cooling"`
+	// LastIP is where the previous allocation ended, so addresses are
+	// handed out round-robin and a freed one is reused as late as possible.
+	LastIP netip.Addr `json:"lastIP"`
+	Pool   []PoolAddr `json:"pool,omitempty"`
+	// Source is opaque data owned by the pool source (ENIs, limits).
+	Source json.RawMessage `json:"source,omitempty"`
+}
+
+// NewState returns the state of a node that has never run the plugin.
+func NewState(bootID string) *State {
+	return &State{Version: SchemaVersion, BootID: bootID, Allocations: []Allocation{}, Cooling: []Cooling{}}
+}
+
+// Find returns the index of the allocation for k, or -1.
+func (s *State) Find(k Key) int {
+	for i := range s.Allocations {
+		if s.Allocations[i].Key == k {
+			return i
+		}
+	}
+	return -1
+}
+
+// ErrCorrupt reports a state file that cannot be trusted. The file is left
+// as it is for the operator: resetting it would forget live allocations and
+// hand their addresses to new pods.
+var ErrCorrupt = errors.New("state file is corrupt")
+
+// ErrUnsupportedVersion reports a state file written by a newer eni-cni.
+var ErrUnsupportedVersion = errors.New("unsupported state file version")
+
+// validate checks the invariants a well-formed file always has.
+func (s *State) validate() error {
+	if s.Version == 0 {
+		return fmt.Errorf("%w: no version field", ErrCorrupt)
+	}
+	if s.Version > SchemaVersion || s.Version < 0 {
+		return fmt.Errorf("%w: version %d, this eni-cni reads version %d", ErrUnsupportedVersion, s.Version, SchemaVersion)
+	}
+	keys := make(map[Key]bool, len(s.Allocations))
+	ips := make(map[netip.Addr]Key, len(s.Allocations))
+	for i, a := range s.Allocations {
+		if a.Network == "" || a.ContainerID == "" || a.IfName == "" {
+			return fmt.Errorf("%w: allocation %d has an empty network, containerID or ifname", ErrCorrupt, i)
+		}
+		if !a.IP.Is4() {
+			return fmt.Errorf("%w: allocation %s has no valid IPv4 address", ErrCorrupt, a.Key)
+		}
+		if keys[a.Key] {
+			return fmt.Errorf("%w: allocation %s appears twice", ErrCorrupt, a.Key)
+		}
+		if other, dup := ips[a.IP]; dup {
+			return fmt.Errorf("%w: address %s is allocated to both %s and %s", ErrCorrupt, a.IP, other, a.Key)
+		}
+		keys[a.Key] = true
+		ips[a.IP] = a.Key
+	}
+	for _, c := range s.Cooling {
+		if !c.IP.Is4() {
+			return fmt.Errorf("%w: cooling entry without a valid IPv4 address", ErrCorrupt)
+		}
+	}
+	for _, p := range s.Pool {
+		if !p.IP.Is4() {
+			return fmt.Errorf("%w: pool entry without a valid IPv4 address", ErrCorrupt)
+		}
+	}
+	return nil
+}
+
+// decodeState parses and validates the bytes of a state file.
+func decodeState(data []byte) (*State, error) {
+	if len(data) == 0 {
+		return nil, fmt.Errorf("%w: file is empty", ErrCorrupt)
+	}
+	var s State
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	if err := s.validate(); err != nil {
+		return nil, err
+	}
+	if s.Allocations == nil {
+		s.Allocations = []Allocation{}
+	}
+	if s.Cooling == nil {
+		s.Cooling = []Cooling{}
+	}
+	return &s, nil
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+func encodeState(st *State) ([]byte, error) {
+	b, err := json.MarshalIndent(st, "", " ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}

@@ -1,0 +1,241 @@
+package alloc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gofrs/flock"
+)
+
+// Store is where the state lives. Load and Save must only be called between
+// Lock and Unlock; the lock is what makes concurrent plugin processes safe.
+type Store interface {
+	// Lock takes the exclusive lock, giving up with ErrLockTimeout when ctx
+	// ends first.
+	Lock(ctx context.Context) error
+	Unlock() error
+	// Load returns the saved state, or a new one if nothing was ever saved.
+	Load() (*State, error)
+	Save(*State) error
+}
+
+// ErrLockTimeout is returned when another process holds the lock for longer
+// than the caller is willing to wait. Runtimes retry such an ADD.
+var ErrLockTimeout = errors.New("timed out waiting for the state lock")
+
+// File names inside the state directory.
+const (
+	StateFileName = "state.json"
+	LockFileName  = "state.lock"
+)
+
+// lockRetry is how often a waiting process polls the lock. A holder keeps it
+// for one read-modify-write (about a millisecond), so a short poll keeps a
+// burst of ADDs moving without spinning.
+const lockRetry = 500 * time.Microsecond
+
+// DiskStore keeps the state in dir/state.json, guarded by an flock on
+// dir/state.lock.
+//
+// The lock is a separate file because the state file is replaced by rename
+// on every save: a lock on the state file itself would be taken on an inode
+// that the next save unlinks, and two processes could both "hold" it.
+// flock locks belong to the open file description, so they are released when
+// the process dies; a crashed plugin never wedges the node.
+type DiskStore struct {
+	dir  string
+	lock *flock.Flock
+}
+
+// NewDiskStore returns a store in dir, creating dir (mode 0700) if needed.
+func NewDiskStore(dir string) (*DiskStore, error) {
+	if dir == "" {
+		return nil, errors.New("state directory is empty")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create state directory: %w", err)
+	}
+	return &DiskStore{
+		dir:  dir,
+		lock: flock.New(filepath.Join(dir, LockFileName), flock.SetPermissions(0o600)),
+	}, nil
+}
+
+// Path is the state file's path, for messages.
+func (d *DiskStore) Path() string { return filepath.Join(d.dir, StateFileName) }
+
+func (d *DiskStore) Lock(ctx context.Context) error {
+	ok, err := d.lock.TryLockContext(ctx, lockRetry)
+	if ok {
+		return nil
+	}
+	if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return fmt.Errorf("lock %s: %w", d.lock.Path(), ErrLockTimeout)
+	}
+	return fmt.Errorf("lock %s: %w", d.lock.Path(), err)
+}
+
+func (d *DiskStore) Unlock() error {
+	if err := d.lock.Unlock(); err != nil {
+		return fmt.Errorf("unlock %s: %w", d.lock.Path(), err)
+	}
+	return nil
+}
+
+// Load reads the state file. A missing file is a node that never ran the
+// plugin; anything else that cannot be parsed is an error naming the file,
+// and the file stays as it is.
+func (d *DiskStore) Load() (*State, error) {
+	path := d.Path()
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return NewState(""), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read state %s: %w", path, err)
+	}
+	st, err := decodeState(data)
+	if err != nil {
+		return nil, fmt.Errorf("read state %s: %w", path, err)
+	}
+	return st, nil
+}
+
+// Save replaces the state file atomically: a reader, or a node that loses
+// power, sees either the old file or the new one, never a mix.
+func (d *DiskStore) Save(st *State) error {
+	data, err := encodeState(st)
+	if err != nil {
+		return fmt.Errorf("encode state: %w", err)
+	}
+	if err := writeFileAtomic(d.Path(), data); err != nil {
+		return fmt.Errorf("save state %s: %w", d.Path(), err)
+	}
+	return nil
+}
+
+// writeFileAtomic writes data to a temporary file in the same directory,
+// syncs it, renames it over path and syncs the directory so the rename
+// itself survives a crash. On failure the temporary file is removed.
+func writeFileAtomic(path string, data []byte) (err error) {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// CleanTemp removes temporary files that a process killed in the middle of
+// Save left behind. Call it with the lock held.
+func (d *DiskStore) CleanTemp() {
+	entries, err := os.ReadDir(d.dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), StateFileName+".tmp-") {
+			os.Remove(filepath.Join(d.dir, e.Name()))
+		}
+	}
+}
+
+// MemStore is an in-memory Store for tests. It round-trips through the same
+// encoding as DiskStore so tests see what the disk would hold.
+type MemStore struct {
+	mu     sync.Mutex
+	held   chan struct{}
+	data   []byte
+	Saves  int
+	SaveFn func(*State) error // optional failure injection
+}
+
+func NewMemStore() *MemStore {
+	return &MemStore{held: make(chan struct{}, 1)}
+}
+
+func (m *MemStore) Lock(ctx context.Context) error {
+	select {
+	case m.held <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("lock memstore: %w", ErrLockTimeout)
+	}
+}
+
+func (m *MemStore) Unlock() error {
+	select {
+	case <-m.held:
+		return nil
+	default:
+		return errors.New("unlock memstore: not locked")
+	}
+}
+
+func (m *MemStore) Load() (*State, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.data == nil {
+		return NewState(""), nil
+	}
+	return decodeState(m.data)
+}
+
+func (m *MemStore) Save(st *State) error {
+	if m.SaveFn != nil {
+		if err := m.SaveFn(st); err != nil {
+			return err
+		}
+	}
+	data, err := encodeState(st)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.data = data
+	m.Saves++
+	return nil
+}
+
+// Bytes returns what the store holds, for byte-for-byte comparisons.
+func (m *MemStore) Bytes() []byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]byte(nil), m.data...)
+}

@@ -1,0 +1,279 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	cnins "github.com/containernetworking/cni/pkg/ns"
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	cniversion "github.com/containernetworking/cni/pkg/version"
+
+	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/netsetup"
+)
+
+// errInvalidArgs: CNI environment or CNI_ARGS that cannot be used.
+var errInvalidArgs = errors.New("invalid CNI arguments")
+
+// errInvalidNetns: CNI_NETNS that is missing or is the plugin's own.
+var errInvalidNetns = errors.New("invalid network namespace")
+
+// cniMain serves one CNI verb and returns the exit code.
+func cniMain() int {
+	if e := preflight(os.Getenv); e != nil {
+		_ = e.Print()
+		return 1
+	}
+	funcs := skel.CNIFuncs{Add: cmdAdd, Del: cmdDel, Check: cmdCheck, Status: cmdStatus, GC: cmdGC}
+	if e := skel.PluginMainFuncsWithError(funcs, cniversion.All, "eni-cni "+version); e != nil {
+		if err := e.Print(); err != nil {
+			fmt.Fprintf(os.Stderr, "eni-cni: print error: %v\n", err)
+		}
+		return 1
+	}
+	return 0
+}
+
+// preflight rejects a missing container ID with the same code as a bad one
+// (skel would call it "unknown container"), before anything else runs.
+func preflight(getenv func(string) string) *types.Error {
+	switch getenv("CNI_COMMAND") {
+	case "ADD", "DEL", "CHECK":
+		if getenv("CNI_CONTAINERID") == "" {
+			return types.NewError(types.ErrInvalidEnvironmentVariables, "CNI_CONTAINERID is missing", "")
+		}
+	}
+	return nil
+}
+
+// verbFunc is the body of a verb, given its parsed configuration.
+type verbFunc func(ctx context.Context, p *plugin) (logAttrs []any, err error)
+
+// runVerb parses the configuration, builds the plugin, runs fn, logs one
+// line and converts the error to a CNI error at this single boundary.
+func runVerb(verb string, args *skel.CmdArgs, fn verbFunc) error {
+	start := time.Now()
+	cfg, err := parseConfig(args.StdinData)
+	if err != nil {
+		return toCNIError(err)
+	}
+	logger := newLogger(cfg.LogFile, cfg.LogLevel)
+	var attrs []any
+	p, err := newPlugin(cfg)
+	if err == nil {
+		attrs, err = fn(context.Background(), p)
+	} else if verb == "STATUS" {
+		err = fmt.Errorf("%w: %w", errNotReady, err)
+	}
+	base := []any{"network", cfg.Network, "containerID", args.ContainerID, "ifname", args.IfName,
+		"ms", float64(time.Since(start).Microseconds()) / 1000}
+	if err != nil {
+		logger.Error(verb, append(append(base, attrs...), "err", err)...)
+		return toCNIError(err)
+	}
+	logger.Info(verb, append(base, attrs...)...)
+	return nil
+}
+
+func newPlugin(cfg *config) (*plugin, error) {
+	store, err := alloc.NewDiskStore(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	bootID, err := alloc.ReadBootID()
+	if err != nil {
+		return nil, err
+	}
+	mgr := &alloc.Manager{
+		Store: store, Pool: cfg.Pool, BootID: bootID,
+		Cooldown: cfg.Cooldown, LockTimeout: cfg.LockTimeout,
+	}
+	return &plugin{cfg: cfg, mgr: mgr, wire: kernel{}}, nil
+}
+
+func cmdAdd(args *skel.CmdArgs) error {
+	return runVerb("ADD", args, func(ctx context.Context, p *plugin) ([]any, error) {
+		at, err := attachmentFrom(args, p.cfg)
+		if err != nil {
+			return nil, err
+		}
+		if err := validateNetns(args.Netns); err != nil {
+			return nil, err
+		}
+		res, err := p.add(ctx, at)
+		if err != nil {
+			return nil, err
+		}
+		attrs := []any{"ip", res.IPs[0].Address.IP.String(), "pod", at.PodNamespace + "/" + at.PodName}
+		if err := types.PrintResult(res, p.cfg.CNIVersion); err != nil {
+			return attrs, fmt.Errorf("print result: %w", err)
+		}
+		return attrs, nil
+	})
+}
+
+func cmdDel(args *skel.CmdArgs) error {
+	return runVerb("DEL", args, func(ctx context.Context, p *plugin) ([]any, error) {
+		at, err := attachmentFrom(args, p.cfg)
+		if err != nil {
+			return nil, err
+		}
+		return []any{"netns", args.Netns}, p.del(ctx, at.Key)
+	})
+}
+
+func cmdCheck(args *skel.CmdArgs) error {
+	return runVerb("CHECK", args, func(ctx context.Context, p *plugin) ([]any, error) {
+		at, err := attachmentFrom(args, p.cfg)
+		if err != nil {
+			return nil, err
+		}
+		if err := validateNetns(args.Netns); err != nil {
+			return nil, err
+		}
+		prev, err := prevResult(p.cfg)
+		if err != nil {
+			return nil, err
+		}
+		return nil, p.check(ctx, at, prev)
+	})
+}
+
+func cmdStatus(args *skel.CmdArgs) error {
+	return runVerb("STATUS", args, func(ctx context.Context, p *plugin) ([]any, error) {
+		c, err := p.status()
+		return []any{"free", c.Free, "allocated", c.Allocated}, err
+	})
+}
+
+// cmdGC is accepted so that runtimes speaking CNI 1.1 get no error; it
+// frees nothing yet: `eni-cni gc` is the collector.
+func cmdGC(args *skel.CmdArgs) error {
+	return runVerb("GC", args, func(context.Context, *plugin) ([]any, error) { return nil, nil })
+}
+
+// attachmentFrom reads the attachment's identity and pod metadata.
+func attachmentFrom(args *skel.CmdArgs, cfg *config) (attachment, error) {
+	at := attachment{Key: alloc.Key{Network: cfg.Network, ContainerID: args.ContainerID, IfName: args.IfName}, Netns: args.Netns}
+	kv, err := parseCNIArgs(args.Args)
+	if err != nil {
+		return at, err
+	}
+	at.PodNamespace, at.PodName, at.PodUID = kv["K8S_POD_NAMESPACE"], kv["K8S_POD_NAME"], kv["K8S_POD_UID"]
+	return at, nil
+}
+
+// parseCNIArgs parses CNI_ARGS ("K1=V1;K2=V2"). Unknown keys are ignored,
+// as every runtime passes some; malformed pairs are an error.
+func parseCNIArgs(s string) (map[string]string, error) {
+	kv := map[string]string{}
+	if s == "" {
+		return kv, nil
+	}
+	for _, pair := range strings.Split(s, ";") {
+		if pair == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(pair, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%w: CNI_ARGS entry %q is not KEY=VALUE", errInvalidArgs, pair)
+		}
+		if len(v) > 253 || strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			return nil, fmt.Errorf("%w: CNI_ARGS value of %s is too long or has control characters", errInvalidArgs, k)
+		}
+		kv[k] = v
+	}
+	return kv, nil
+}
+
+// validateNetns refuses a netns that does not exist or is the plugin's own:
+// wiring "the pod" into the node's namespace would break the node.
+func validateNetns(path string) error {
+	if path == "" {
+		return fmt.Errorf("%w: CNI_NETNS is empty", errInvalidNetns)
+	}
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("%w: %s: %v", errInvalidNetns, path, err)
+	}
+	same, e := cnins.CheckNetNS(path)
+	if e != nil {
+		return e
+	}
+	if same {
+		return fmt.Errorf("%w: %s is the plugin's own network namespace", errInvalidNetns, path)
+	}
+	return nil
+}
+
+func prevResult(cfg *config) (*current.Result, error) {
+	if cfg.conf.RawPrevResult == nil {
+		return nil, nil
+	}
+	if err := cniversion.ParsePrevResult(&cfg.conf.PluginConf); err != nil {
+		return nil, fmt.Errorf("%w: prevResult: %v", errDecode, err)
+	}
+	res, err := current.NewResultFromResult(cfg.conf.PrevResult)
+	if err != nil {
+		return nil, fmt.Errorf("%w: prevResult: %v", errDecode, err)
+	}
+	return res, nil
+}
+
+// toCNIError maps an error to the CNI error code the runtime acts on.
+func toCNIError(err error) *types.Error {
+	var te *types.Error
+	if errors.As(err, &te) {
+		return te
+	}
+	var pathErr *fs.PathError
+	code := types.ErrInternal
+	switch {
+	case errors.Is(err, errDecode):
+		code = types.ErrDecodingFailure
+	case errors.Is(err, errInvalidConfig):
+		code = types.ErrInvalidNetworkConfig
+	case errors.Is(err, errInvalidArgs):
+		code = types.ErrInvalidEnvironmentVariables
+	case errors.Is(err, errInvalidNetns), errors.Is(err, netsetup.ErrNetNS):
+		code = types.ErrInvalidNetNS
+	case errors.Is(err, errNotReady):
+		code = types.ErrPluginNotAvailable
+	case errors.Is(err, alloc.ErrLockTimeout), errors.Is(err, alloc.ErrPoolExhausted):
+		code = types.ErrTryAgainLater
+	case errors.Is(err, errNoAllocation):
+		code = types.ErrUnknownContainer
+	case errors.Is(err, alloc.ErrCorrupt), errors.Is(err, alloc.ErrUnsupportedVersion), errors.As(err, &pathErr):
+		code = types.ErrIOFailure
+	}
+	return types.NewError(code, err.Error(), "")
+}
+
+// newLogger logs to the configured file, or to stderr (which runtimes
+// capture) when none is set or it cannot be opened. Stdout is reserved for
+// CNI results.
+func newLogger(path, level string) *slog.Logger {
+	var lv slog.Level
+	_ = lv.UnmarshalText([]byte(strings.ToUpper(defaultString(level, "info"))))
+	out := os.Stderr
+	if path != "" {
+		if f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
+			out = f
+		}
+	}
+	return slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: lv}))
+}
+
+func defaultString(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

@@ -1,0 +1,249 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/eni-cni/eni-cni/alloc"
+)
+
+// pluginType is the `type` of our entry in a conflist.
+const pluginType = "eni-cni"
+
+// Defaults of the contract in DESIGN.md.
+const (
+	defaultStateDir    = "/var/lib/eni-cni"
+	defaultMTU         = 9001
+	defaultCooldown    = 30 * time.Second
+	defaultGCGrace     = 600 * time.Second
+	defaultLockTimeout = 10 * time.Second
+	defaultVethPrefix  = "eni"
+	defaultConfDir     = "/etc/cni/net.d"
+)
+
+// Pool sources.
+const (
+	sourceStatic = "static"
+	sourceEC2    = "ec2"
+)
+
+var (
+	// errInvalidConfig is a configuration that parses but cannot be used.
+	errInvalidConfig = errors.New("invalid network configuration")
+	// errDecode is configuration that is not the JSON it should be.
+	errDecode = errors.New("cannot decode network configuration")
+)
+
+// netConf is the plugin's entry in the conflist, as JSON.
+type netConf struct {
+	types.PluginConf
+	StateDir           string   `json:"stateDir"`
+	MTU                int      `json:"mtu"`
+	Pool               poolConf `json:"pool"`
+	CooldownSeconds    *float64 `json:"cooldownSeconds"`
+	GCGraceSeconds     *float64 `json:"gcGraceSeconds"`
+	LockTimeoutSeconds *float64 `json:"lockTimeoutSeconds"`
+	SNAT               bool     `json:"snat"`
+	LogFile            string   `json:"logFile"`
+	LogLevel           string   `json:"logLevel"`
+	HostVethPrefix     *string  `json:"hostVethPrefix"`
+	IMDSEndpoint       string   `json:"imdsEndpoint"`
+	EC2Endpoint        string   `json:"ec2Endpoint"`
+}
+
+type poolConf struct {
+	Source string   `json:"source"`
+	Ranges []string `json:"ranges"`
+}
+
+// config is the validated, typed form of netConf that the verbs use.
+type config struct {
+	conf        *netConf
+	Network     string
+	CNIVersion  string
+	StateDir    string
+	MTU         int
+	Source      string
+	Pool        alloc.Pool
+	Cooldown    time.Duration
+	GCGrace     time.Duration
+	LockTimeout time.Duration
+	VethPrefix  string
+	LogFile     string
+	LogLevel    string
+}
+
+// parseConfig decodes and validates the plugin's configuration.
+func parseConfig(data []byte) (*config, error) {
+	var nc netConf
+	if err := json.Unmarshal(data, &nc); err != nil {
+		return nil, fmt.Errorf("%w: %v", errDecode, err)
+	}
+	c := &config{
+		conf: &nc, Network: nc.Name, CNIVersion: nc.CNIVersion,
+		StateDir: nc.StateDir, MTU: nc.MTU, Source: nc.Pool.Source,
+		VethPrefix: defaultVethPrefix, LogFile: nc.LogFile, LogLevel: nc.LogLevel,
+	}
+	if c.Network == "" {
+		return nil, fmt.Errorf("%w: network name is empty", errInvalidConfig)
+	}
+	if c.StateDir == "" {
+		c.StateDir = defaultStateDir
+	}
+	if !filepath.IsAbs(c.StateDir) {
+		return nil, fmt.Errorf("%w: stateDir %q is not an absolute path", errInvalidConfig, c.StateDir)
+	}
+	if c.MTU == 0 {
+		c.MTU = defaultMTU
+	}
+	if c.MTU < 576 || c.MTU > 65535 {
+		return nil, fmt.Errorf("%w: mtu %d is outside 576-65535", errInvalidConfig, c.MTU)
+	}
+	var err error
+	if c.Cooldown, err = seconds("cooldownSeconds", nc.CooldownSeconds, defaultCooldown); err != nil {
+		return nil, err
+	}
+	if c.GCGrace, err = seconds("gcGraceSeconds", nc.GCGraceSeconds, defaultGCGrace); err != nil {
+		return nil, err
+	}
+	if c.LockTimeout, err = seconds("lockTimeoutSeconds", nc.LockTimeoutSeconds, defaultLockTimeout); err != nil {
+		return nil, err
+	}
+	if c.LockTimeout == 0 {
+		return nil, fmt.Errorf("%w: lockTimeoutSeconds must be positive", errInvalidConfig)
+	}
+	if nc.HostVethPrefix != nil {
+		if !validVethPrefix(*nc.HostVethPrefix) {
+			return nil, fmt.Errorf("%w: hostVethPrefix %q must be 1-5 lowercase letters or digits, starting with a letter", errInvalidConfig, *nc.HostVethPrefix)
+		}
+		c.VethPrefix = *nc.HostVethPrefix
+	}
+	switch strings.ToLower(c.LogLevel) {
+	case "", "debug", "info", "warn", "error":
+	default:
+		return nil, fmt.Errorf("%w: logLevel %q is not one of debug, info, warn, error", errInvalidConfig, c.LogLevel)
+	}
+	if err := c.parsePool(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *config) parsePool() error {
+	if c.Source == "" {
+		c.Source = sourceEC2
+	}
+	switch c.Source {
+	case sourceStatic:
+		ranges, err := alloc.ParseRanges(c.conf.Pool.Ranges)
+		if err != nil {
+			return fmt.Errorf("%w: pool.ranges: %v", errInvalidConfig, err)
+		}
+		c.Pool = ranges
+		return nil
+	case sourceEC2:
+		return fmt.Errorf("%w: pool.source %q is not available in this build yet; use \"static\"", errInvalidConfig, c.Source)
+	default:
+		return fmt.Errorf("%w: unknown pool.source %q (want %q or %q)", errInvalidConfig, c.Source, sourceEC2, sourceStatic)
+	}
+}
+
+// validVethPrefix keeps the prefix short enough that the hash part of the
+// host veth name stays long enough to be unique, and safe in interface names.
+func validVethPrefix(s string) bool {
+	if len(s) < 1 || len(s) > 5 || s[0] < 'a' || s[0] > 'z' {
+		return false
+	}
+	for _, r := range s {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') {
+			return false
+		}
+	}
+	return true
+}
+
+func seconds(key string, v *float64, def time.Duration) (time.Duration, error) {
+	if v == nil {
+		return def, nil
+	}
+	if *v < 0 || *v > 365*24*3600 {
+		return 0, fmt.Errorf("%w: %s %v is out of range", errInvalidConfig, key, *v)
+	}
+	return time.Duration(*v * float64(time.Second)), nil
+}
+
+// findConfig returns the plugin configuration for the subcommands: the file
+// given, or else the first conflist in dir that has an eni-cni plugin, the
+// order libcni and the runtimes use (lexical by file name).
+func findConfig(path, dir string) ([]byte, string, error) {
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, path, fmt.Errorf("read config: %w", err)
+		}
+		conf, err := pluginConfFrom(data)
+		if err != nil {
+			return nil, path, fmt.Errorf("config %s: %w", path, err)
+		}
+		return conf, path, nil
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, "", fmt.Errorf("look for an %s config in %s: %w", pluginType, dir, err)
+	}
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		switch filepath.Ext(e.Name()) {
+		case ".conflist", ".conf", ".json":
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		p := filepath.Join(dir, n)
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		if conf, err := pluginConfFrom(data); err == nil {
+			return conf, p, nil
+		}
+	}
+	return nil, "", fmt.Errorf("no config with a plugin of type %q in %s (use --config)", pluginType, dir)
+}
+
+var errNotOurs = errors.New("no plugin of type " + pluginType)
+
+// pluginConfFrom extracts our plugin's configuration from a conflist or a
+// single-plugin conf, adding the list's name and cniVersion as a runtime
+// would when it calls the plugin.
+func pluginConfFrom(data []byte) ([]byte, error) {
+	var list struct {
+		CNIVersion string                   `json:"cniVersion"`
+		Name       string                   `json:"name"`
+		Type       string                   `json:"type"`
+		Plugins    []map[string]interface{} `json:"plugins"`
+	}
+	if err := json.Unmarshal(data, &list); err != nil {
+		return nil, fmt.Errorf("%w: %v", errDecode, err)
+	}
+	if list.Type == pluginType {
+		return data, nil
+	}
+	for _, p := range list.Plugins {
+		if p["type"] == pluginType {
+			p["name"] = list.Name
+			p["cniVersion"] = list.CNIVersion
+			return json.Marshal(p)
+		}
+	}
+	return nil, errNotOurs
+}

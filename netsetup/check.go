@@ -1,0 +1,157 @@
+package netsetup
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// ErrMismatch reports wiring that is missing or differs from what Setup
+// makes. CHECK fails with it; an idempotent ADD repairs it.
+var ErrMismatch = errors.New("attachment wiring differs from what eni-cni set up")
+
+// Check verifies that what Setup made for p is still in place, on the node
+// and in the pod, and returns the links' MACs.
+func Check(p Pod) (Links, error) {
+	var l Links
+	podNS, err := netns.GetFromPath(p.Netns)
+	if err != nil {
+		return l, fmt.Errorf("%w %s: %v", ErrNetNS, p.Netns, err)
+	}
+	defer podNS.Close()
+	host, err := netlinksafe.LinkByName(p.HostVeth)
+	if err != nil {
+		return l, fmt.Errorf("%w: host veth %s: %v", ErrMismatch, p.HostVeth, err)
+	}
+	l.HostMAC = host.Attrs().HardwareAddr
+	if err := checkHost(p, host); err != nil {
+		return l, err
+	}
+	l.PodMAC, err = checkPod(p, podNS, l.HostMAC)
+	return l, err
+}
+
+func checkHost(p Pod, host netlink.Link) error {
+	if host.Attrs().Flags&net.FlagUp == 0 {
+		return fmt.Errorf("%w: host veth %s is down", ErrMismatch, p.HostVeth)
+	}
+	filter := &netlink.Route{Dst: hostNet(p.IP), Table: mainTable}
+	routes, err := netlinksafe.RouteListFiltered(unix.AF_INET, filter, netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return fmt.Errorf("list host routes to %s: %w", p.IP, err)
+	}
+	if !hasRouteVia(routes, host.Attrs().Index) {
+		return fmt.Errorf("%w: no host route %s/32 dev %s", ErrMismatch, p.IP, p.HostVeth)
+	}
+	rules, err := netlinksafe.RuleList(unix.AF_INET)
+	if err != nil {
+		return fmt.Errorf("list rules: %w", err)
+	}
+	if !hasRule(rules, p.IP, RulePriorityToPod, mainTable) {
+		return fmt.Errorf("%w: no rule to %s lookup main", ErrMismatch, p.IP)
+	}
+	if p.Table != 0 && !hasRule(rules, p.IP, RulePriorityFromPod, p.Table) {
+		return fmt.Errorf("%w: no rule from %s lookup %d", ErrMismatch, p.IP, p.Table)
+	}
+	return nil
+}
+
+func hasRouteVia(routes []netlink.Route, linkIndex int) bool {
+	for _, r := range routes {
+		if r.LinkIndex == linkIndex {
+			return true
+		}
+	}
+	return false
+}
+
+func hasRule(rules []netlink.Rule, ip netip.Addr, prio, table int) bool {
+	for i := range rules {
+		if isOurRule(&rules[i], ip) && rules[i].Priority == prio && rules[i].Table == table {
+			return true
+		}
+	}
+	return false
+}
+
+func checkPod(p Pod, podNS netns.NsHandle, hostMAC net.HardwareAddr) (net.HardwareAddr, error) {
+	h, err := netlinksafe.NewHandleAt(podNS)
+	if err != nil {
+		return nil, fmt.Errorf("netlink handle in %s: %w", p.Netns, err)
+	}
+	defer h.Close()
+	link, err := h.LinkByName(p.IfName)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s in %s: %v", ErrMismatch, p.IfName, p.Netns, err)
+	}
+	if err := checkPodAddr(h, link, p); err != nil {
+		return nil, err
+	}
+	routes, err := h.RouteListFiltered(unix.AF_INET, &netlink.Route{LinkIndex: link.Attrs().Index}, netlink.RT_FILTER_OIF)
+	if err != nil {
+		return nil, fmt.Errorf("list routes in %s: %w", p.Netns, err)
+	}
+	var haveGW, haveDefault bool
+	for _, r := range routes {
+		switch {
+		case r.Dst != nil && r.Dst.String() == hostNet(GatewayIP).String():
+			haveGW = true
+		case (r.Dst == nil || r.Dst.String() == "0.0.0.0/0") && r.Gw.Equal(GatewayIP.AsSlice()):
+			haveDefault = true
+		}
+	}
+	if !haveGW || !haveDefault {
+		return nil, fmt.Errorf("%w: pod routes via %s missing in %s (link route %t, default %t)", ErrMismatch, GatewayIP, p.Netns, haveGW, haveDefault)
+	}
+	if err := checkPodNeighbour(h, link, p, hostMAC); err != nil {
+		return nil, err
+	}
+	return link.Attrs().HardwareAddr, nil
+}
+
+func checkPodAddr(h netlinksafe.Handle, link netlink.Link, p Pod) error {
+	addrs, err := retryDump(func() ([]netlink.Addr, error) { return h.AddrList(link, unix.AF_INET) })
+	if err != nil {
+		return fmt.Errorf("list addresses of %s in %s: %w", p.IfName, p.Netns, err)
+	}
+	want := hostNet(p.IP).String()
+	for _, a := range addrs {
+		if a.IPNet.String() == want {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %s has no address %s in %s", ErrMismatch, p.IfName, want, p.Netns)
+}
+
+func checkPodNeighbour(h netlinksafe.Handle, link netlink.Link, p Pod, hostMAC net.HardwareAddr) error {
+	neighs, err := retryDump(func() ([]netlink.Neigh, error) { return h.NeighList(link.Attrs().Index, unix.AF_INET) })
+	if err != nil {
+		return fmt.Errorf("list neighbours in %s: %w", p.Netns, err)
+	}
+	for _, n := range neighs {
+		if n.IP.Equal(GatewayIP.AsSlice()) && n.State&netlink.NUD_PERMANENT != 0 && n.HardwareAddr.String() == hostMAC.String() {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: no permanent neighbour %s -> %s in %s", ErrMismatch, GatewayIP, hostMAC, p.Netns)
+}
+
+// retryDump repeats a netlink dump that the kernel flagged as interrupted
+// (the table changed meanwhile), as netlinksafe does for the calls it wraps.
+func retryDump[T any](dump func() ([]T, error)) ([]T, error) {
+	var out []T
+	var err error
+	for range 5 {
+		out, err = dump()
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return out, err
+		}
+	}
+	return out, err
+}

@@ -1,0 +1,293 @@
+// Package netsetup owns the kernel side of a pod attachment: the veth pair,
+// the pod's address, routes and static neighbour, and the node's host route
+// and policy rules for the pod's address. Teardown works from recorded names
+// alone, because DEL often arrives after the pod's netns is gone.
+//
+// The shape is the AWS VPC CNI's, so it interoperates with VPC routing: the
+// pod has IP/32 and a default route via the link-local 169.254.1.1, which is
+// pinned in the pod's neighbour table to the host veth's MAC; the node has a
+// /32 route to the pod through the host veth and a `to IP lookup main` rule.
+package netsetup
+
+import (
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Addresses and priorities that are part of the contract with the VPC CNI
+// layout; tests and operators look for them.
+var GatewayIP = netip.MustParseAddr("169.254.1.1")
+
+const (
+	// RulePriorityToPod is the priority of `to IP lookup main`: traffic to a
+	// pod must use the main table even when a `from` rule would send it
+	// elsewhere.
+	RulePriorityToPod = 512
+	// RulePriorityFromPod is the priority of `from IP lookup <ENI table>`
+	// for pods whose address lives on a secondary ENI.
+	RulePriorityFromPod = 1536
+	mainTable           = unix.RT_TABLE_MAIN
+)
+
+// ErrNetNS reports a pod network namespace that cannot be opened.
+var ErrNetNS = errors.New("cannot open network namespace")
+
+// Pod describes one attachment to wire.
+type Pod struct {
+	Netns    string // path of the pod's network namespace
+	IfName   string // interface name inside the pod
+	HostVeth string // host end of the veth pair
+	IP       netip.Addr
+	MTU      int
+	// Table is the route table of the secondary ENI that holds IP, or 0
+	// when the address is on the primary ENI or comes from a static pool.
+	Table int
+}
+
+// Links are the MAC addresses of a wired attachment, for the CNI result.
+type Links struct {
+	HostMAC, PodMAC net.HardwareAddr
+}
+
+// HostVethName derives the host-side interface name from the attachment's
+// identity, so DEL can find it even with nothing recorded. The result fits
+// the kernel's 15-character limit.
+func HostVethName(prefix, containerID, ifName string) string {
+	sum := sha1.Sum([]byte(containerID + "/" + ifName))
+	n := unix.IFNAMSIZ - 1 - len(prefix)
+	return prefix + hex.EncodeToString(sum[:])[:n]
+}
+
+// Setup creates and configures the veth pair for p. The pod end is created
+// directly inside the pod's namespace: moving a link between namespaces
+// costs 10–25 ms of kernel time. On failure nothing it made is left behind.
+func Setup(p Pod) (l Links, err error) {
+	podNS, err := netns.GetFromPath(p.Netns)
+	if err != nil {
+		return l, fmt.Errorf("%w %s: %v", ErrNetNS, p.Netns, err)
+	}
+	defer podNS.Close()
+	if err := enableForwarding(); err != nil {
+		return l, err
+	}
+	host, err := createVeth(p, podNS)
+	if err != nil {
+		return l, err
+	}
+	defer func() {
+		if err != nil {
+			_ = Teardown(p.HostVeth, p.IP, p.Table)
+		}
+	}()
+	l.HostMAC = host.Attrs().HardwareAddr
+	if err = netlink.LinkSetUp(host); err != nil {
+		return l, fmt.Errorf("set %s up: %w", p.HostVeth, err)
+	}
+	if l.PodMAC, err = configurePod(p, podNS, l.HostMAC); err != nil {
+		return l, err
+	}
+	if err = configureHost(p, host); err != nil {
+		return l, err
+	}
+	return l, nil
+}
+
+func createVeth(p Pod, podNS netns.NsHandle) (netlink.Link, error) {
+	veth := &netlink.Veth{
+		LinkAttrs:     netlink.LinkAttrs{Name: p.HostVeth, MTU: p.MTU, TxQLen: -1},
+		PeerName:      p.IfName,
+		PeerNamespace: netlink.NsFd(podNS),
+		PeerMTU:       uint32(p.MTU),
+		PeerTxQLen:    -1,
+	}
+	err := netlink.LinkAdd(veth)
+	if errors.Is(err, unix.EEXIST) {
+		// A host veth of ours with this name is a leftover of an ADD
+		// that crashed or of a DEL that never came: ours to replace.
+		if old, lerr := netlinksafe.LinkByName(p.HostVeth); lerr == nil {
+			if derr := netlink.LinkDel(old); derr != nil {
+				return nil, fmt.Errorf("delete stale %s: %w", p.HostVeth, derr)
+			}
+			err = netlink.LinkAdd(veth)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create veth %s (pod end %s in %s): %w", p.HostVeth, p.IfName, p.Netns, err)
+	}
+	host, err := netlinksafe.LinkByName(p.HostVeth)
+	if err != nil {
+		_ = netlink.LinkDel(veth)
+		return nil, fmt.Errorf("find new veth %s: %w", p.HostVeth, err)
+	}
+	return host, nil
+}
+
+// configurePod gives the pod end its address, the gateway routes and the
+// permanent neighbour entry for the gateway.
+func configurePod(p Pod, podNS netns.NsHandle, hostMAC net.HardwareAddr) (net.HardwareAddr, error) {
+	h, err := netlinksafe.NewHandleAt(podNS)
+	if err != nil {
+		return nil, fmt.Errorf("netlink handle in %s: %w", p.Netns, err)
+	}
+	defer h.Close()
+	link, err := h.LinkByName(p.IfName)
+	if err != nil {
+		return nil, fmt.Errorf("find %s in %s: %w", p.IfName, p.Netns, err)
+	}
+	idx := link.Attrs().Index
+	addr := &netlink.Addr{IPNet: hostNet(p.IP)}
+	if err := h.AddrAdd(link, addr); err != nil {
+		return nil, fmt.Errorf("add %s to %s in %s: %w", p.IP, p.IfName, p.Netns, err)
+	}
+	if err := h.LinkSetUp(link); err != nil {
+		return nil, fmt.Errorf("set %s up in %s: %w", p.IfName, p.Netns, err)
+	}
+	gw := hostNet(GatewayIP)
+	routes := []*netlink.Route{
+		{LinkIndex: idx, Dst: gw, Scope: netlink.SCOPE_LINK},
+		{LinkIndex: idx, Gw: gw.IP, Scope: netlink.SCOPE_UNIVERSE},
+	}
+	for _, r := range routes {
+		if err := h.RouteAdd(r); err != nil {
+			return nil, fmt.Errorf("add route %s in %s: %w", r, p.Netns, err)
+		}
+	}
+	neigh := &netlink.Neigh{
+		LinkIndex: idx, Family: unix.AF_INET, State: netlink.NUD_PERMANENT,
+		IP: gw.IP, HardwareAddr: hostMAC,
+	}
+	if err := h.NeighSet(neigh); err != nil {
+		return nil, fmt.Errorf("add neighbour %s in %s: %w", GatewayIP, p.Netns, err)
+	}
+	return link.Attrs().HardwareAddr, nil
+}
+
+// configureHost adds the node's route to the pod and its policy rules.
+func configureHost(p Pod, host netlink.Link) error {
+	route := &netlink.Route{LinkIndex: host.Attrs().Index, Dst: hostNet(p.IP), Scope: netlink.SCOPE_LINK}
+	if err := netlink.RouteReplace(route); err != nil {
+		return fmt.Errorf("add host route %s dev %s: %w", p.IP, p.HostVeth, err)
+	}
+	if err := addRule(toPodRule(p.IP)); err != nil {
+		return fmt.Errorf("add rule to %s lookup main: %w", p.IP, err)
+	}
+	if p.Table != 0 {
+		if err := addRule(fromPodRule(p.IP, p.Table)); err != nil {
+			return fmt.Errorf("add rule from %s lookup %d: %w", p.IP, p.Table, err)
+		}
+	}
+	return nil
+}
+
+func toPodRule(ip netip.Addr) *netlink.Rule {
+	r := netlink.NewRule()
+	r.Dst = hostNet(ip)
+	r.Table = mainTable
+	r.Priority = RulePriorityToPod
+	r.Family = unix.AF_INET
+	return r
+}
+
+func fromPodRule(ip netip.Addr, table int) *netlink.Rule {
+	r := netlink.NewRule()
+	r.Src = hostNet(ip)
+	r.Table = table
+	r.Priority = RulePriorityFromPod
+	r.Family = unix.AF_INET
+	return r
+}
+
+func addRule(r *netlink.Rule) error {
+	if err := netlink.RuleAdd(r); err != nil && !errors.Is(err, unix.EEXIST) {
+		return err
+	}
+	return nil
+}
+
+// Teardown removes what Setup made for an address, by name: the host veth
+// (the kernel deletes its pod end and the host route with it) and the
+// rules. It needs no netns and succeeds when things are already gone, so DEL
+// can run it twice.
+func Teardown(hostVeth string, ip netip.Addr, table int) error {
+	var errs []error
+	if hostVeth != "" {
+		if link, err := netlinksafe.LinkByName(hostVeth); err == nil {
+			if err := netlink.LinkDel(link); err != nil && !isNotFound(err) {
+				errs = append(errs, fmt.Errorf("delete %s: %w", hostVeth, err))
+			}
+		} else if !isNotFound(err) {
+			errs = append(errs, fmt.Errorf("find %s: %w", hostVeth, err))
+		}
+	}
+	if ip.IsValid() {
+		if err := DeleteRules(ip); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// DeleteRules removes every rule of ours for ip: `to ip` and `from ip`, in
+// any table, at our priorities.
+func DeleteRules(ip netip.Addr) error {
+	rules, err := netlinksafe.RuleList(unix.AF_INET)
+	if err != nil {
+		return fmt.Errorf("list rules: %w", err)
+	}
+	var errs []error
+	for i := range rules {
+		r := &rules[i]
+		if !isOurRule(r, ip) {
+			continue
+		}
+		if err := netlink.RuleDel(r); err != nil && !isNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete rule for %s prio %d: %w", ip, r.Priority, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func isOurRule(r *netlink.Rule, ip netip.Addr) bool {
+	want := hostNet(ip).String()
+	switch r.Priority {
+	case RulePriorityToPod:
+		return r.Dst != nil && r.Dst.String() == want
+	case RulePriorityFromPod:
+		return r.Src != nil && r.Src.String() == want
+	}
+	return false
+}
+
+func isNotFound(err error) bool {
+	var lnf netlink.LinkNotFoundError
+	return errors.As(err, &lnf) || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENODEV) || errors.Is(err, unix.ESRCH)
+}
+
+func hostNet(ip netip.Addr) *net.IPNet {
+	return &net.IPNet{IP: ip.AsSlice(), Mask: net.CIDRMask(32, 32)}
+}
+
+// enableForwarding turns on IPv4 forwarding in the node's namespace, without
+// which pods cannot reach each other or anything else. Reading first keeps
+// the common case free of a write.
+func enableForwarding() error {
+	const path = "/proc/sys/net/ipv4/ip_forward"
+	b, err := os.ReadFile(path)
+	if err == nil && len(b) > 0 && b[0] == '1' {
+		return nil
+	}
+	if err := os.WriteFile(path, []byte("1"), 0o644); err != nil {
+		return fmt.Errorf("enable ip forwarding: %w", err)
+	}
+	return nil
+}

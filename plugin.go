@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+
+	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/netsetup"
+)
+
+// wirer is the kernel side of an attachment; netsetup in production, a fake
+// in tests of the verb logic.
+type wirer interface {
+	Setup(netsetup.Pod) (netsetup.Links, error)
+	Check(netsetup.Pod) (netsetup.Links, error)
+	Teardown(hostVeth string, ip netip.Addr, table int) error
+}
+
+// kernel is the real wirer.
+type kernel struct{}
+
+func (kernel) Setup(p netsetup.Pod) (netsetup.Links, error) { return netsetup.Setup(p) }
+func (kernel) Check(p netsetup.Pod) (netsetup.Links, error) { return netsetup.Check(p) }
+func (kernel) Teardown(v string, ip netip.Addr, table int) error {
+	return netsetup.Teardown(v, ip, table)
+}
+
+// attachment is what a CNI call says about the sandbox being attached.
+type attachment struct {
+	alloc.Key
+	Netns                         string
+	PodNamespace, PodName, PodUID string
+}
+
+var (
+	// errNoAllocation: CHECK of an attachment the store does not know.
+	errNoAllocation = errors.New("no allocation recorded")
+	// errPrevResult: CHECK with a prevResult that is not ours.
+	errPrevResult = errors.New("prevResult does not match the allocation")
+)
+
+// plugin carries the dependencies of the verbs.
+type plugin struct {
+	cfg  *config
+	mgr  *alloc.Manager
+	wire wirer
+}
+
+// tableFor returns the route table of the ENI that holds an address; 0 for
+// the primary ENI and for static pools.
+func (p *plugin) tableFor(eni string) int { return 0 }
+
+func (p *plugin) podSpec(a alloc.Allocation, netns string) netsetup.Pod {
+	return netsetup.Pod{
+		Netns: netns, IfName: a.IfName, HostVeth: a.HostVeth, IP: a.IP,
+		MTU: p.cfg.MTU, Table: p.tableFor(a.ENI),
+	}
+}
+
+// add gives the attachment an address and wires it. Repeating ADD returns
+// the same address, repairing the wiring if it is incomplete. On failure
+// neither wiring nor allocation is left behind.
+func (p *plugin) add(ctx context.Context, at attachment) (*current.Result, error) {
+	req := alloc.Request{
+		Key: at.Key, Netns: at.Netns,
+		PodNamespace: at.PodNamespace, PodName: at.PodName, PodUID: at.PodUID,
+		HostVeth: netsetup.HostVethName(p.cfg.VethPrefix, at.ContainerID, at.IfName),
+	}
+	a, existed, err := p.mgr.Allocate(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	spec := p.podSpec(a, at.Netns)
+	if existed {
+		if links, err := p.wire.Check(spec); err == nil {
+			return p.result(a, at.Netns, links), nil
+		}
+		// Incomplete wiring from an ADD that died half-way: start over.
+		if err := p.wire.Teardown(a.HostVeth, a.IP, spec.Table); err != nil {
+			return nil, fmt.Errorf("repair %s: %w", at.Key, err)
+		}
+	}
+	links, err := p.wire.Setup(spec)
+	if err != nil {
+		if uerr := p.mgr.Undo(context.WithoutCancel(ctx), at.Key, a.IP); uerr != nil {
+			err = errors.Join(err, uerr)
+		}
+		return nil, fmt.Errorf("wire %s with %s: %w", at.Key, a.IP, err)
+	}
+	return p.result(a, at.Netns, links), nil
+}
+
+func (p *plugin) result(a alloc.Allocation, netns string, l netsetup.Links) *current.Result {
+	gw := netsetup.GatewayIP.AsSlice()
+	return &current.Result{
+		CNIVersion: current.ImplementedSpecVersion,
+		Interfaces: []*current.Interface{
+			{Name: a.HostVeth, Mac: l.HostMAC.String()},
+			{Name: a.IfName, Mac: l.PodMAC.String(), Sandbox: netns},
+		},
+		IPs: []*current.IPConfig{{
+			Interface: current.Int(1),
+			Address:   net.IPNet{IP: a.IP.AsSlice(), Mask: net.CIDRMask(32, 32)},
+			Gateway:   gw,
+		}},
+		Routes: []*types.Route{{Dst: net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, GW: gw}},
+	}
+}
+
+// del frees the attachment's address. It needs no netns: the host side is
+// found by the names the store recorded. An unknown attachment gets a
+// best-effort teardown by derived name and is not an error.
+func (p *plugin) del(ctx context.Context, k alloc.Key) error {
+	a, found, err := p.mgr.Get(ctx, k)
+	if err != nil {
+		return err
+	}
+	if !found {
+		derived := netsetup.HostVethName(p.cfg.VethPrefix, k.ContainerID, k.IfName)
+		return p.wire.Teardown(derived, netip.Addr{}, 0)
+	}
+	// Free the address only once the old pod's routes and rules are gone,
+	// or a new pod could get an address still routed to the old veth.
+	if err := p.wire.Teardown(a.HostVeth, a.IP, p.tableFor(a.ENI)); err != nil {
+		return fmt.Errorf("tear down %s (%s): %w", k, a.IP, err)
+	}
+	_, _, err = p.mgr.Release(ctx, k, a.IP)
+	return err
+}
+
+// check verifies the allocation, prevResult and wiring agree.
+func (p *plugin) check(ctx context.Context, at attachment, prev *current.Result) error {
+	a, found, err := p.mgr.Get(ctx, at.Key)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return fmt.Errorf("check %s: %w", at.Key, errNoAllocation)
+	}
+	if prev != nil && !resultHasIP(prev, a.IP) {
+		return fmt.Errorf("check %s: %w: allocation holds %s", at.Key, errPrevResult, a.IP)
+	}
+	if _, err := p.wire.Check(p.podSpec(a, at.Netns)); err != nil {
+		return fmt.Errorf("check %s (%s): %w", at.Key, a.IP, err)
+	}
+	return nil
+}
+
+func resultHasIP(r *current.Result, ip netip.Addr) bool {
+	for _, c := range r.IPs {
+		if got, ok := netip.AddrFromSlice(c.Address.IP); ok && got.Unmap() == ip {
+			return true
+		}
+	}
+	return false
+}
+
+// errNotReady: STATUS found the plugin unable to serve any ADD.
+var errNotReady = errors.New("cannot serve ADD")
+
+// status reports whether ADD can work at all. A momentarily empty pool is
+// not a failure: addresses cool down and `warm` adds more.
+func (p *plugin) status() (alloc.Counts, error) {
+	st, err := p.mgr.Store.Load()
+	if err != nil {
+		return alloc.Counts{}, fmt.Errorf("%w: %w", errNotReady, err)
+	}
+	if p.cfg.Pool.Size(st) == 0 {
+		return alloc.Counts{}, fmt.Errorf("%w: pool source %q has no addresses", errNotReady, p.cfg.Source)
+	}
+	return p.mgr.Counts(st), nil
+}
