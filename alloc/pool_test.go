@@ -1,0 +1,95 @@
+package alloc
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func TestParseRanges(t *testing.T) {
+	tests := []struct {
+		specs       []string
+		size        int
+		first, last string
+	}{
+		{[]string{"10.99.0.0/24"}, 254, "10.99.0.1", "10.99.0.254"},
+		{[]string{"10.98.0.10-10.98.0.20"}, 11, "10.98.0.10", "10.98.0.20"},
+		{[]string{"10.0.0.0/30"}, 2, "10.0.0.1", "10.0.0.2"},
+		{[]string{"10.0.0.0/31"}, 2, "10.0.0.0", "10.0.0.1"},
+		{[]string{"10.0.0.7/32"}, 1, "10.0.0.7", "10.0.0.7"},
+		{[]string{"10.0.0.5-10.0.0.5"}, 1, "10.0.0.5", "10.0.0.5"},
+		{[]string{"10.99.0.0/24", " 10.98.0.10 - 10.98.0.20 "}, 265, "10.99.0.1", "10.98.0.20"},
+		{[]string{"10.0.0.0/16"}, 65534, "10.0.0.1", "10.0.255.254"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.specs, ","), func(t *testing.T) {
+			rs, err := ParseRanges(tt.specs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := rs.Size(nil); got != tt.size {
+				t.Errorf("Size = %d, want %d", got, tt.size)
+			}
+			var got []netip.Addr
+			for a := range rs.Addrs(nil) {
+				got = append(got, a)
+			}
+			if len(got) != tt.size {
+				t.Fatalf("Addrs yielded %d, want %d", len(got), tt.size)
+			}
+			if got[0].String() != tt.first || got[len(got)-1].String() != tt.last {
+				t.Errorf("first/last = %s/%s, want %s/%s", got[0], got[len(got)-1], tt.first, tt.last)
+			}
+			seen := map[netip.Addr]bool{}
+			for _, a := range got {
+				if seen[a] || !rs.Contains(nil, a) {
+					t.Fatalf("%s yielded twice or not contained", a)
+				}
+				seen[a] = true
+			}
+		})
+	}
+}
+
+func TestParseRangesErrors(t *testing.T) {
+	tests := []struct {
+		specs []string
+		want  string
+	}{
+		{nil, "no ranges"},
+		{[]string{"10.0.0.300/24"}, `"10.0.0.300/24"`},
+		{[]string{"10.0.0.1/24"}, "host bits set"},
+		{[]string{"fd00::/64"}, "only IPv4"},
+		{[]string{"10.0.0.20-10.0.0.10"}, "before start"},
+		{[]string{"10.0.0.1-fd00::1"}, "only IPv4"},
+		{[]string{"garbage"}, "neither a CIDR"},
+		{[]string{"10.0.0.0/24", "10.0.0.100-10.0.0.110"}, "overlaps"},
+		{[]string{""}, `range ""`},
+	}
+	for _, tt := range tests {
+		_, err := ParseRanges(tt.specs)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("ParseRanges(%q) = %v, want error containing %q", tt.specs, err, tt.want)
+		}
+	}
+}
+
+func TestStoredPoolSkipsUnusable(t *testing.T) {
+	st := NewState("")
+	st.Pool = []PoolAddr{
+		{IP: netip.MustParseAddr("10.0.1.5"), ENI: "eni-a"},
+		{IP: netip.MustParseAddr("10.0.1.6"), ENI: "eni-a", Unusable: true},
+		{IP: netip.MustParseAddr("10.0.2.7"), ENI: "eni-b"},
+	}
+	var p StoredPool
+	if p.Size(st) != 2 || p.Contains(st, netip.MustParseAddr("10.0.1.6")) || !p.Contains(st, netip.MustParseAddr("10.0.2.7")) {
+		t.Fatalf("size %d; unusable address must not count", p.Size(st))
+	}
+	var enis []string
+	for _, eni := range p.Addrs(st) {
+		enis = append(enis, eni)
+	}
+	if strings.Join(enis, ",") != "eni-a,eni-b" {
+		t.Errorf("ENIs yielded %v", enis)
+	}
+}

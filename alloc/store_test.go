@@ -1,0 +1,283 @@
+package alloc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gofrs/flock"
+)
+
+func newDiskManager(t *testing.T, dir, pool string) *Manager {
+	t.Helper()
+	s, err := NewDiskStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := ParseRanges([]string{pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Manager{Store: s, Pool: rs, BootID: "boot-1", Cooldown: 30 * time.Second, LockTimeout: 10 * time.Second}
+}
+
+func TestDiskStoreRoundTripAndModes(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	m := newDiskManager(t, dir, "10.0.0.0/24")
+	ctx := context.Background()
+	r := req("abc")
+	r.PodNamespace, r.PodName, r.PodUID, r.Netns = "kube-system", "coredns-1", "uid-1", "/var/run/netns/x"
+	a, _, err := m.Allocate(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2 := newDiskManager(t, dir, "10.0.0.0/24")
+	got, found, err := m2.Get(ctx, key("abc"))
+	if err != nil || !found {
+		t.Fatalf("Get from a second store: %v %v", found, err)
+	}
+	if got.IP != a.IP || got.PodName != "coredns-1" || got.Netns != "/var/run/netns/x" || !got.AllocatedAt.Equal(a.AllocatedAt) {
+		t.Errorf("round trip lost data: %+v vs %+v", got, a)
+	}
+	for path, want := range map[string]os.FileMode{dir: 0o700, filepath.Join(dir, StateFileName): 0o600, filepath.Join(dir, LockFileName): 0o600} {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != want {
+			t.Errorf("%s mode %o, want %o", path, fi.Mode().Perm(), want)
+		}
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 2 {
+		t.Errorf("state dir holds %d entries, want state and lock only", len(entries))
+	}
+	data, _ := os.ReadFile(filepath.Join(dir, StateFileName))
+	for _, field := range []string{`"version": 1`, `"bootID": "boot-1"`, `"podNamespace": "kube-system"`, `"hostVeth": "eniabc"`} {
+		if !bytes.Contains(data, []byte(field)) {
+			t.Errorf("state file lacks %s:\n%s", field, data)
+		}
+	}
+}
+
+func TestDiskStoreBadFiles(t *testing.T) {
+	valid := `{"version":1,"bootID":"boot-1","allocations":[],"cooling":[]}`
+	alloc := func(cid, ip string) string {
+		return fmt.Sprintf(`{"network":"pods","containerID":%q,"ifname":"eth0","ip":%q}`, cid, ip)
+	}
+	tests := []struct {
+		name, content string
+		want          error
+		msg           string
+	}{
+		{"empty", "", ErrCorrupt, "empty"},
+		{"garbage", "not json at all", ErrCorrupt, "invalid character"},
+		{"truncated", valid[:len(valid)/2], ErrCorrupt, "unexpected end"},
+		{"no version", `{"allocations":[]}`, ErrCorrupt, "no version"},
+		{"future version", `{"version":99,"allocations":[]}`, ErrUnsupportedVersion, "version 99"},
+		{"bad ip", `{"version":1,"allocations":[` + alloc("a", "10.0.0.500") + `]}`, ErrCorrupt, "10.0.0.500"},
+		{"missing ip", `{"version":1,"allocations":[{"network":"pods","containerID":"a","ifname":"eth0"}]}`, ErrCorrupt, "no valid IPv4"},
+		{"duplicate ip", `{"version":1,"allocations":[` + alloc("a", "10.0.0.5") + `,` + alloc("b", "10.0.0.5") + `]}`, ErrCorrupt, "allocated to both"},
+		{"duplicate key", `{"version":1,"allocations":[` + alloc("a", "10.0.0.5") + `,` + alloc("a", "10.0.0.6") + `]}`, ErrCorrupt, "appears twice"},
+		{"empty key", `{"version":1,"allocations":[{"network":"pods","ifname":"eth0","ip":"10.0.0.5"}]}`, ErrCorrupt, "empty network"},
+		{"wrong type", `{"version":"1"}`, ErrCorrupt, "cannot unmarshal"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, StateFileName)
+			if err := os.WriteFile(path, []byte(tt.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			m := newDiskManager(t, dir, "10.0.0.0/24")
+			_, _, err := m.Allocate(context.Background(), req("new"))
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("err = %v, want %v", err, tt.want)
+			}
+			if !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), tt.msg) {
+				t.Errorf("message %q should name %s and say %q", err, path, tt.msg)
+			}
+			after, _ := os.ReadFile(path)
+			if string(after) != tt.content {
+				t.Errorf("bad file was rewritten: %q", after)
+			}
+		})
+	}
+}
+
+func TestDiskStoreUnreadable(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, StateFileName), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	m := newDiskManager(t, dir, "10.0.0.0/24")
+	_, _, err := m.Allocate(context.Background(), req("a"))
+	if err == nil || !strings.Contains(err.Error(), StateFileName) {
+		t.Fatalf("err = %v, want a read error naming the file", err)
+	}
+}
+
+func TestDiskStoreSaveFailureLeavesNoTemp(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root ignores directory permissions")
+	}
+	dir := t.TempDir()
+	m := newDiskManager(t, dir, "10.0.0.0/24")
+	m.Allocate(context.Background(), req("a"))
+	before, _ := os.ReadFile(filepath.Join(dir, StateFileName))
+	os.Chmod(dir, 0o500)
+	defer os.Chmod(dir, 0o700)
+	if _, _, err := m.Allocate(context.Background(), req("b")); err == nil {
+		t.Fatal("save into a read-only directory succeeded")
+	}
+	after, _ := os.ReadFile(filepath.Join(dir, StateFileName))
+	if !bytes.Equal(before, after) {
+		t.Error("state changed although the save failed")
+	}
+}
+
+func TestWriteFileAtomicCleansUp(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "f")
+	if err := writeFileAtomic(path, []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	// A directory where the file should go makes the rename fail.
+	bad := filepath.Join(dir, "d")
+	os.Mkdir(bad, 0o700)
+	os.WriteFile(filepath.Join(bad, "x"), nil, 0o600)
+	if err := writeFileAtomic(bad, []byte("two")); err == nil {
+		t.Fatal("rename over a non-empty directory succeeded")
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if strings.Contains(e.Name(), ".tmp-") {
+			t.Errorf("temporary file %s left behind", e.Name())
+		}
+	}
+}
+
+func TestDiskStoreLockTimeout(t *testing.T) {
+	dir := t.TempDir()
+	m := newDiskManager(t, dir, "10.0.0.0/24")
+	m.LockTimeout = 50 * time.Millisecond
+	other := flock.New(filepath.Join(dir, LockFileName))
+	if err := other.Lock(); err != nil {
+		t.Fatal(err)
+	}
+	defer other.Unlock()
+	_, _, err := m.Allocate(context.Background(), req("a"))
+	if !errors.Is(err, ErrLockTimeout) || !strings.Contains(err.Error(), LockFileName) {
+		t.Fatalf("err = %v, want ErrLockTimeout naming the lock file", err)
+	}
+}
+
+// TestConcurrentGoroutines uses one DiskStore per goroutine: each has its
+// own open file description, so flock excludes them as it would processes.
+func TestConcurrentGoroutines(t *testing.T) {
+	dir := t.TempDir()
+	var wg sync.WaitGroup
+	errs := make(chan error, 30)
+	for i := range 30 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := newDiskManager(t, dir, "10.0.0.1-10.0.0.25")
+			_, _, err := m.Allocate(context.Background(), req(fmt.Sprintf("g%d", i)))
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	ok, exhausted := 0, 0
+	for err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case errors.Is(err, ErrPoolExhausted):
+			exhausted++
+		default:
+			t.Error(err)
+		}
+	}
+	assertDistinct(t, dir, 25)
+	if ok != 25 || exhausted != 5 {
+		t.Errorf("%d ok, %d exhausted; want 25 and 5", ok, exhausted)
+	}
+}
+
+// TestConcurrentProcesses runs allocations in separate processes, as the
+// plugin runs: the test binary re-executes itself as a worker.
+func TestConcurrentProcesses(t *testing.T) {
+	if dir := os.Getenv("ALLOC_WORKER_DIR"); dir != "" {
+		runWorker(t, dir)
+		return
+	}
+	dir := t.TempDir()
+	const procs, each = 8, 5
+	var wg sync.WaitGroup
+	for p := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := exec.Command(os.Args[0], "-test.run=^TestConcurrentProcesses$")
+			cmd.Env = append(os.Environ(), "ALLOC_WORKER_DIR="+dir, "ALLOC_WORKER_ID="+strconv.Itoa(p), "ALLOC_WORKER_N="+strconv.Itoa(each))
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("worker %d: %v\n%s", p, err, out)
+			}
+		}()
+	}
+	wg.Wait()
+	assertDistinct(t, dir, procs*each)
+}
+
+func runWorker(t *testing.T, dir string) {
+	id := os.Getenv("ALLOC_WORKER_ID")
+	n, _ := strconv.Atoi(os.Getenv("ALLOC_WORKER_N"))
+	m := newDiskManager(t, dir, "10.0.0.0/24")
+	for i := range n {
+		if _, _, err := m.Allocate(context.Background(), req(fmt.Sprintf("p%s-%d", id, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func assertDistinct(t *testing.T, dir string, want int) {
+	t.Helper()
+	s, _ := NewDiskStore(dir)
+	st, err := s.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Allocations) != want {
+		t.Fatalf("store holds %d allocations, want %d", len(st.Allocations), want)
+	}
+	seen := map[netip.Addr]bool{}
+	for _, a := range st.Allocations {
+		if seen[a.IP] {
+			t.Fatalf("%s allocated twice", a.IP)
+		}
+		seen[a.IP] = true
+	}
+}
+
+func TestCleanTemp(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := NewDiskStore(dir)
+	stale := filepath.Join(dir, StateFileName+".tmp-123")
+	os.WriteFile(stale, []byte("half"), 0o600)
+	s.CleanTemp()
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Error("stale temp file kept")
+	}
+}

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+)
+
+func TestParseConfigDefaults(t *testing.T) {
+	c, err := parseConfig([]byte(`{"cniVersion":"1.0.0","name":"pods","type":"eni-cni","pool":{"source":"static","ranges":["10.99.0.0/24"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.StateDir != defaultStateDir || c.MTU != 9001 || c.Cooldown != 30*time.Second || c.GCGrace != 600*time.Second ||
+		c.VethPrefix != "eni" || c.LockTimeout != defaultLockTimeout || c.Pool.Size(nil) != 254 || c.Network != "pods" {
+		t.Errorf("defaults wrong: %+v", c)
+	}
+}
+
+func TestParseConfigKeys(t *testing.T) {
+	c, err := parseConfig([]byte(`{"cniVersion":"0.4.0","name":"n","type":"eni-cni","stateDir":"/tmp/x","mtu":1500,
+		"cooldownSeconds":0,"gcGraceSeconds":5,"lockTimeoutSeconds":0.5,"hostVethPrefix":"pod",
+		"logFile":"/tmp/l","logLevel":"debug","pool":{"source":"static","ranges":["10.98.0.10-10.98.0.20"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.StateDir != "/tmp/x" || c.MTU != 1500 || c.Cooldown != 0 || c.GCGrace != 5*time.Second ||
+		c.LockTimeout != 500*time.Millisecond || c.VethPrefix != "pod" || c.LogLevel != "debug" || c.Pool.Size(nil) != 11 {
+		t.Errorf("keys not honoured: %+v", c)
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	static := `"pool":{"source":"static","ranges":["10.0.0.0/24"]}`
+	tests := []struct {
+		name, conf string
+		code       uint
+		msg        string
+	}{
+		{"malformed", `{"name":`, types.ErrDecodingFailure, "unexpected end"},
+		{"wrong type", `{"name":"n","mtu":"big"}`, types.ErrDecodingFailure, "mtu"},
+		{"no name", `{` + static + `}`, types.ErrInvalidNetworkConfig, "network name"},
+		{"unknown source", `{"name":"n","pool":{"source":"gce"}}`, types.ErrInvalidNetworkConfig, `unknown pool.source "gce"`},
+		{"default ec2 not built", `{"name":"n"}`, types.ErrInvalidNetworkConfig, `"ec2"`},
+		{"bad range", `{"name":"n","pool":{"source":"static","ranges":["10.0.0.300/24"]}}`, types.ErrInvalidNetworkConfig, "10.0.0.300/24"},
+		{"no ranges", `{"name":"n","pool":{"source":"static"}}`, types.ErrInvalidNetworkConfig, "no ranges"},
+		{"relative stateDir", `{"name":"n","stateDir":"var/lib",` + static + `}`, types.ErrInvalidNetworkConfig, "absolute"},
+		{"mtu", `{"name":"n","mtu":100,` + static + `}`, types.ErrInvalidNetworkConfig, "mtu 100"},
+		{"negative cooldown", `{"name":"n","cooldownSeconds":-1,` + static + `}`, types.ErrInvalidNetworkConfig, "cooldownSeconds"},
+		{"zero lock timeout", `{"name":"n","lockTimeoutSeconds":0,` + static + `}`, types.ErrInvalidNetworkConfig, "lockTimeoutSeconds"},
+		{"long prefix", `{"name":"n","hostVethPrefix":"toolong",` + static + `}`, types.ErrInvalidNetworkConfig, "hostVethPrefix"},
+		{"prefix chars", `{"name":"n","hostVethPrefix":"e/../",` + static + `}`, types.ErrInvalidNetworkConfig, "hostVethPrefix"},
+		{"log level", `{"name":"n","logLevel":"loud",` + static + `}`, types.ErrInvalidNetworkConfig, "logLevel"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseConfig([]byte(tt.conf))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			ce := toCNIError(err)
+			if ce.Code != tt.code || !strings.Contains(ce.Msg, tt.msg) {
+				t.Errorf("got code %d %q, want code %d containing %q", ce.Code, ce.Msg, tt.code, tt.msg)
+			}
+		})
+	}
+}
+
+func TestParseCNIArgs(t *testing.T) {
+	kv, err := parseCNIArgs("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0;K8S_POD_UID=u-1;K8S_POD_INFRA_CONTAINER_ID=abc;")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kv["K8S_POD_NAMESPACE"] != "default" || kv["K8S_POD_NAME"] != "web-0" || kv["K8S_POD_UID"] != "u-1" {
+		t.Errorf("parsed %v", kv)
+	}
+	for _, bad := range []string{"novalue", "=x", "K8S_POD_NAME=a\nb", "K8S_POD_NAME=" + strings.Repeat("a", 300)} {
+		_, err := parseCNIArgs(bad)
+		if !errors.Is(err, errInvalidArgs) || toCNIError(err).Code != types.ErrInvalidEnvironmentVariables {
+			t.Errorf("parseCNIArgs(%q) = %v, want an invalid-args error", bad, err)
+		}
+	}
+}
+
+func TestPreflight(t *testing.T) {
+	env := map[string]string{"CNI_COMMAND": "ADD"}
+	e := preflight(func(k string) string { return env[k] })
+	if e == nil || e.Code != types.ErrInvalidEnvironmentVariables {
+		t.Fatalf("missing container ID: %v", e)
+	}
+	env["CNI_CONTAINERID"] = "abc"
+	if e := preflight(func(k string) string { return env[k] }); e != nil {
+		t.Fatal(e)
+	}
+	if e := preflight(func(k string) string { return map[string]string{"CNI_COMMAND": "STATUS"}[k] }); e != nil {
+		t.Fatalf("STATUS needs no container ID: %v", e)
+	}
+}
+
+func TestFindConfig(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := findConfig("", dir); err == nil || !strings.Contains(err.Error(), "no config") {
+		t.Fatalf("empty dir: %v", err)
+	}
+	write("05-other.conflist", `{"cniVersion":"1.0.0","name":"other","plugins":[{"type":"bridge"}]}`)
+	write("07-broken.conflist", `{`)
+	write("10-pods.conflist", `{"cniVersion":"1.0.0","name":"pods","plugins":[{"type":"eni-cni","pool":{"source":"static","ranges":["10.0.0.0/30"]}},{"type":"portmap"}]}`)
+	write("20-later.conflist", `{"cniVersion":"1.0.0","name":"later","plugins":[{"type":"eni-cni"}]}`)
+	write("notes.txt", `{"type":"eni-cni"}`)
+	data, path, err := findConfig("", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Base(path) != "10-pods.conflist" {
+		t.Errorf("picked %s", path)
+	}
+	c, err := parseConfig(data)
+	if err != nil || c.Network != "pods" || c.CNIVersion != "1.0.0" || c.Pool.Size(nil) != 2 {
+		t.Errorf("extracted %s: %v %+v", data, err, c)
+	}
+	if _, _, err := findConfig(filepath.Join(dir, "05-other.conflist"), dir); !errors.Is(err, errNotOurs) {
+		t.Errorf("explicit file without eni-cni: %v", err)
+	}
+	if _, _, err := findConfig(filepath.Join(dir, "missing"), dir); err == nil {
+		t.Error("missing file accepted")
+	}
+}
