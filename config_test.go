@@ -135,3 +135,13 @@ func TestFindConfig(t *testing.T) {
 		t.Error("missing file accepted")
 	}
 }
+
+func TestShippedConflistParses(t *testing.T) {
+	data, _, err := findConfig("testdata/10-pods.conflist", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := parseConfig(data); err != nil || c.Network != "pods" || c.Pool.Size(nil) != 265 {
+		t.Fatalf("%v %+v", err, c)
+	}
+}
