@@ -17,6 +17,7 @@ import (
 	cniversion "github.com/containernetworking/cni/pkg/version"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/gc"
 	"github.com/eni-cni/eni-cni/netsetup"
 )
 
@@ -154,10 +155,25 @@ func cmdStatus(args *skel.CmdArgs) error {
 	})
 }
 
-// cmdGC is accepted so that runtimes speaking CNI 1.1 get no error; it
-// frees nothing yet: `eni-cni gc` is the collector.
+// cmdGC is the CNI 1.1 GC verb: attachments of this network that the
+// runtime does not list as valid, and that are older than the grace, are
+// freed as by DEL; host leftovers are swept.
 func cmdGC(args *skel.CmdArgs) error {
-	return runVerb("GC", args, func(context.Context, *plugin) ([]any, error) { return nil, nil })
+	return runVerb("GC", args, func(ctx context.Context, p *plugin) ([]any, error) {
+		valid, err := gc.ValidAttachmentsFromConfig(args.StdinData)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", errDecode, err)
+		}
+		live := gc.FromValidAttachments(p.cfg.Network, valid)
+		c, err := p.collect(ctx, live, gc.Options{Grace: p.cfg.GCGrace}, false, hostNetwork{p.cfg.VethPrefix})
+		if err != nil {
+			return nil, err
+		}
+		var lines strings.Builder
+		err = c.report(&lines, false)
+		return []any{"valid", len(valid), "freed", len(c.Freed), "young", len(c.Plan.Young),
+			"leftovers", c.Leftovers.Len(), "report", strings.TrimSpace(lines.String())}, err
+	})
 }
 
 // attachmentFrom reads the attachment's identity and pod metadata.

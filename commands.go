@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/gc"
 )
 
 const usage = `usage: eni-cni <command> [flags]
@@ -20,6 +21,8 @@ commands:
   version                         print the version
   list   [--config F] [--json]    allocations and pool counts
   status [--config F]             whether the plugin can serve ADD
+  gc     [--config F] [--cri-endpoint unix:///...] [--grace D] [--dry-run] [--force]
+                                  free addresses of sandboxes the CRI runtime no longer lists
 
 With CNI_COMMAND set, eni-cni runs as a CNI plugin instead.
 --config defaults to the first conflist in /etc/cni/net.d with an eni-cni plugin.
@@ -59,6 +62,8 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 		return cmdList(rest, stdout, stderr)
 	case "status":
 		return cmdStatusCLI(rest, stdout, stderr)
+	case "gc":
+		return cmdGCCLI(rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -181,4 +186,58 @@ func cmdStatusCLI(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "ready: network %q (%s), pool %s: %d addresses, %d free, %d allocated; state in %s\n",
 		p.cfg.Network, path, p.cfg.Source, c.Total, c.Free, c.Allocated, p.cfg.StateDir)
 	return nil
+}
+
+func cmdGCCLI(args []string, stdout, stderr io.Writer) error {
+	f := newFlags("gc", stderr)
+	endpoint := f.fs.String("cri-endpoint", "", "CRI socket (default: $CONTAINER_RUNTIME_ENDPOINT, /etc/crictl.yaml, then containerd's and CRI-O's)")
+	grace := f.fs.Duration("grace", 0, "keep allocations younger than this (default: gcGraceSeconds of the config, 600s)")
+	dryRun := f.fs.Bool("dry-run", false, "print what would be freed and change nothing")
+	force := f.fs.Bool("force", false, "free old allocations even when the runtime lists no sandbox at all")
+	timeout := f.fs.Duration("timeout", gc.DefaultTimeout, "timeout of each CRI call")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if *grace < 0 || *timeout <= 0 {
+		return fmt.Errorf("%w: --grace must be >= 0 and --timeout > 0", errUsage)
+	}
+	p, _, err := f.load()
+	if err != nil {
+		return err
+	}
+	opts := gc.Options{Grace: p.cfg.GCGrace, Force: *force, RefuseEmpty: true}
+	f.fs.Visit(func(fl *flag.Flag) {
+		if fl.Name == "grace" {
+			opts.Grace = *grace
+		}
+	})
+	ctx := context.Background()
+	live, err := listRuntime(ctx, *endpoint, *timeout)
+	if err != nil {
+		return err
+	}
+	c, err := p.collect(ctx, live, opts, *dryRun, hostNetwork{p.cfg.VethPrefix})
+	if c == nil {
+		return err
+	}
+	rerr := c.report(stdout, *dryRun)
+	if err != nil {
+		return err
+	}
+	return rerr
+}
+
+// listRuntime asks the CRI runtime which sandboxes exist. It runs before
+// the store is locked: a slow runtime must not stall ADDs.
+func listRuntime(ctx context.Context, endpoint string, timeout time.Duration) (gc.Liveness, error) {
+	ep, err := gc.ResolveEndpoint(endpoint, gc.Lookup{})
+	if err != nil {
+		return nil, err
+	}
+	client, err := gc.NewClient(ep, timeout)
+	if err != nil {
+		return nil, err
+	}
+	defer client.Close()
+	return gc.QueryRuntime(ctx, client)
 }

@@ -200,21 +200,50 @@ func (m *Manager) Undo(ctx context.Context, k Key, ip netip.Addr) error {
 
 func (m *Manager) release(ctx context.Context, k Key, ip netip.Addr, cooldown time.Duration) (a Allocation, found bool, err error) {
 	err = m.Update(ctx, func(st *State) (bool, error) {
-		i := st.Find(k)
-		if i < 0 || (ip.IsValid() && st.Allocations[i].IP != ip) {
-			return false, nil
-		}
-		a, found = st.Allocations[i], true
-		st.Allocations = append(st.Allocations[:i], st.Allocations[i+1:]...)
-		if cooldown > 0 {
-			st.Cooling = append(st.Cooling, Cooling{IP: a.IP, Until: m.now().Add(cooldown).UTC()})
-		}
-		return true, nil
+		a, found = m.releaseIn(st, k, ip, cooldown)
+		return found, nil
 	})
 	if err != nil {
 		return Allocation{}, false, fmt.Errorf("release ip of %s: %w", k, err)
 	}
 	return a, found, nil
+}
+
+// Held names an allocation by key and the address it is expected to hold.
+type Held struct {
+	Key
+	IP netip.Addr
+}
+
+// ReleaseAll releases several allocations into cooldown in one
+// read-modify-write, so a GC of hundreds of pods saves once. Allocations
+// that are gone or hold another address by now are skipped.
+func (m *Manager) ReleaseAll(ctx context.Context, held []Held) (released []Allocation, err error) {
+	err = m.Update(ctx, func(st *State) (bool, error) {
+		for _, h := range held {
+			if a, ok := m.releaseIn(st, h.Key, h.IP, m.Cooldown); ok {
+				released = append(released, a)
+			}
+		}
+		return len(released) > 0, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("release %d allocations: %w", len(held), err)
+	}
+	return released, nil
+}
+
+func (m *Manager) releaseIn(st *State, k Key, ip netip.Addr, cooldown time.Duration) (Allocation, bool) {
+	i := st.Find(k)
+	if i < 0 || (ip.IsValid() && st.Allocations[i].IP != ip) {
+		return Allocation{}, false
+	}
+	a := st.Allocations[i]
+	st.Allocations = append(st.Allocations[:i], st.Allocations[i+1:]...)
+	if cooldown > 0 {
+		st.Cooling = append(st.Cooling, Cooling{IP: a.IP, Until: m.now().Add(cooldown).UTC()})
+	}
+	return a, true
 }
 
 // Get returns the allocation of k, if any.

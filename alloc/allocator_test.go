@@ -279,3 +279,23 @@ func TestConcurrentAllocateMemStore(t *testing.T) {
 		t.Errorf("%d allocated, %d exhausted; want 40 and 10", len(got), exhausted)
 	}
 }
+
+func TestReleaseAll(t *testing.T) {
+	m, s, _ := newManager(t, "10.0.0.1-10.0.0.5")
+	ctx := context.Background()
+	a, _, _ := m.Allocate(ctx, req("a"))
+	b, _, _ := m.Allocate(ctx, req("b"))
+	m.Allocate(ctx, req("c"))
+	saves := s.Saves
+	got, err := m.ReleaseAll(ctx, []Held{{key("a"), a.IP}, {key("b"), netip.MustParseAddr("10.0.0.9")}, {key("zz"), b.IP}})
+	if err != nil || len(got) != 1 || got[0].IP != a.IP {
+		t.Fatalf("released %+v, %v; want only a", got, err)
+	}
+	if s.Saves != saves+1 {
+		t.Errorf("%d saves, want one", s.Saves-saves)
+	}
+	_, c, _ := m.Snapshot(ctx)
+	if c.Allocated != 2 || c.Cooling != 1 {
+		t.Errorf("counts %+v", c)
+	}
+}

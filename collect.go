@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/gc"
+	"github.com/eni-cni/eni-cni/netsetup"
+)
+
+// hostNetwork adapts netsetup to the sweep's gc.Host.
+type hostNetwork struct{ prefix string }
+
+func (h hostNetwork) Veths() ([]string, error) { return netsetup.OurVeths(h.prefix) }
+
+func (h hostNetwork) Rules() ([]gc.HostRule, error) {
+	rules, err := netsetup.OurRules()
+	out := make([]gc.HostRule, len(rules))
+	for i, r := range rules {
+		out[i] = gc.HostRule(r)
+	}
+	return out, err
+}
+
+func (h hostNetwork) Routes() ([]gc.HostRoute, error) {
+	veths, err := netsetup.OurVeths(h.prefix)
+	if err != nil {
+		return nil, err
+	}
+	routes, err := netsetup.OurRoutes(veths)
+	out := make([]gc.HostRoute, len(routes))
+	for i, r := range routes {
+		out[i] = gc.HostRoute(r)
+	}
+	return out, err
+}
+
+func (h hostNetwork) DeleteVeth(name string) error   { return netsetup.DeleteVeth(name) }
+func (h hostNetwork) DeleteRule(r gc.HostRule) error { return netsetup.DeleteRule(netsetup.PodRule(r)) }
+func (h hostNetwork) DeleteRoute(r gc.HostRoute) error {
+	return netsetup.DeleteRoute(netsetup.PodRoute(r))
+}
+
+// collection is the outcome of one GC run.
+type collection struct {
+	Plan      gc.Plan
+	Freed     []gc.Dead // what was actually freed (all of Plan.Free in a dry run)
+	Leftovers gc.Leftovers
+	Errors    []error
+}
+
+// collect frees the attachments that live says are dead and sweeps host
+// objects no allocation explains. The decision is gc.MakePlan's; this is
+// the doing, in an order that cannot free a live pod's address:
+//  1. list host objects, then lock and read the store, so every object of a
+//     live ADD is explained by the state read after;
+//  2. plan and sweep leftovers under that lock (no ADD can take one of
+//     their addresses meanwhile);
+//  3. tear down each dead attachment without the lock, as DEL does;
+//  4. re-read the state under the lock and release what is still held by
+//     the same address, in one save.
+func (p *plugin) collect(ctx context.Context, live gc.Liveness, opts gc.Options, dryRun bool, host gc.Host) (*collection, error) {
+	snap, err := gc.ListHost(host)
+	if err != nil {
+		return nil, err
+	}
+	c := &collection{}
+	held := map[alloc.Key]alloc.Allocation{}
+	err = p.mgr.Update(ctx, func(st *alloc.State) (bool, error) {
+		owned := gc.Owned{}
+		atts := make([]gc.Attachment, len(st.Allocations))
+		for i, a := range st.Allocations {
+			atts[i] = gcAttachment(a)
+			held[a.Key] = a
+			owned[a.IP] = a.HostVeth
+		}
+		c.Plan = gc.MakePlan(atts, live, time.Now(), opts)
+		if c.Plan.Refused != nil {
+			return false, nil
+		}
+		c.Leftovers = gc.FindLeftovers(p.ourRules(st, snap), owned)
+		if !dryRun {
+			if err := gc.RemoveLeftovers(host, c.Leftovers); err != nil {
+				c.Errors = append(c.Errors, err)
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if c.Plan.Refused != nil {
+		return c, c.Plan.Refused
+	}
+	if dryRun {
+		c.Freed = c.Plan.Free
+		return c, nil
+	}
+	p.free(ctx, c, held)
+	return c, nil
+}
+
+// free tears down and releases the planned attachments.
+func (p *plugin) free(ctx context.Context, c *collection, held map[alloc.Key]alloc.Allocation) {
+	var torn []alloc.Held
+	tornDead := map[alloc.Key]gc.Dead{}
+	for _, d := range c.Plan.Free {
+		a := held[keyOf(d.Attachment)]
+		if err := p.wire.Teardown(a.HostVeth, a.IP, p.tableFor(a.ENI)); err != nil {
+			// Keep the address allocated: it may still be routed to the old veth.
+			c.Errors = append(c.Errors, fmt.Errorf("tear down %s (%s): %w", a.Key, a.IP, err))
+			continue
+		}
+		torn = append(torn, alloc.Held{Key: a.Key, IP: a.IP})
+		tornDead[a.Key] = d
+	}
+	if len(torn) == 0 {
+		return
+	}
+	released, err := p.mgr.ReleaseAll(ctx, torn)
+	if err != nil {
+		c.Errors = append(c.Errors, err)
+		return
+	}
+	for _, a := range released {
+		c.Freed = append(c.Freed, tornDead[a.Key])
+	}
+}
+
+// ourRules keeps only rules for addresses of this network's pool, so the
+// sweep never touches the rules of another network's plugin on the node.
+func (p *plugin) ourRules(st *alloc.State, snap gc.HostSnapshot) gc.HostSnapshot {
+	rules := snap.Rules[:0:0]
+	for _, r := range snap.Rules {
+		if p.cfg.Pool.Contains(st, r.IP) {
+			rules = append(rules, r)
+		}
+	}
+	snap.Rules = rules
+	return snap
+}
+
+func gcAttachment(a alloc.Allocation) gc.Attachment {
+	return gc.Attachment{
+		Network: a.Network, ContainerID: a.ContainerID, IfName: a.IfName, IP: a.IP,
+		PodNamespace: a.PodNamespace, PodName: a.PodName, PodUID: a.PodUID, AllocatedAt: a.AllocatedAt,
+	}
+}
+
+func keyOf(a gc.Attachment) alloc.Key {
+	return alloc.Key{Network: a.Network, ContainerID: a.ContainerID, IfName: a.IfName}
+}
+
+// report prints one line per freed attachment and leftover, warnings and a
+// summary, and returns the per-item errors joined.
+func (c *collection) report(w io.Writer, dryRun bool) error {
+	for _, d := range c.Freed {
+		fmt.Fprintln(w, gc.FreeLine(d, dryRun))
+	}
+	verb := "removed"
+	if dryRun {
+		verb = "would remove"
+	}
+	for _, v := range c.Leftovers.Veths {
+		fmt.Fprintf(w, "gc: %s leftover veth %s\n", verb, v)
+	}
+	for _, r := range c.Leftovers.Rules {
+		fmt.Fprintf(w, "gc: %s leftover rule for %s (prio %d, table %d)\n", verb, r.IP, r.Priority, r.Table)
+	}
+	for _, r := range c.Leftovers.Routes {
+		fmt.Fprintf(w, "gc: %s leftover route %s dev %s\n", verb, r.IP, r.Veth)
+	}
+	for _, warn := range c.Plan.Warnings {
+		fmt.Fprintf(w, "gc: warning: %s\n", warn)
+	}
+	summary := c.Plan
+	summary.Free = c.Freed
+	fmt.Fprintf(w, "%s, %d host leftovers\n", gc.Summary(summary, dryRun), c.Leftovers.Len())
+	if len(c.Errors) > 0 {
+		return fmt.Errorf("gc: %d errors: %w", len(c.Errors), errors.Join(c.Errors...))
+	}
+	return nil
+}

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/gc"
+	"github.com/eni-cni/eni-cni/gc/crifake"
+	"github.com/eni-cni/eni-cni/netsetup"
+)
+
+// fakeHost is an in-memory node for the sweep.
+type fakeHost struct {
+	veths  []string
+	rules  []gc.HostRule
+	routes []gc.HostRoute
+}
+
+func (h *fakeHost) Veths() ([]string, error)        { return slices.Clone(h.veths), nil }
+func (h *fakeHost) Rules() ([]gc.HostRule, error)   { return slices.Clone(h.rules), nil }
+func (h *fakeHost) Routes() ([]gc.HostRoute, error) { return slices.Clone(h.routes), nil }
+func (h *fakeHost) DeleteVeth(n string) error {
+	h.veths = slices.DeleteFunc(h.veths, func(v string) bool { return v == n })
+	return nil
+}
+func (h *fakeHost) DeleteRule(r gc.HostRule) error {
+	h.rules = slices.DeleteFunc(h.rules, func(x gc.HostRule) bool { return x == r })
+	return nil
+}
+func (h *fakeHost) DeleteRoute(r gc.HostRoute) error {
+	h.routes = slices.DeleteFunc(h.routes, func(x gc.HostRoute) bool { return x == r })
+	return nil
+}
+
+// gcFixture: three pods allocated an hour ago ("alive", "dead", "dead2")
+// and one a second ago ("newborn"), wired in the fake host, plus a leftover
+// veth and rules of a pod long gone.
+func gcFixture(t *testing.T) (*plugin, *fakeWire, *alloc.MemStore, *fakeHost) {
+	t.Helper()
+	p, w, s := newTestPlugin(t, "10.99.0.0/24")
+	ctx := context.Background()
+	host := &fakeHost{}
+	for _, cid := range []string{"alive", "dead", "dead2", "newborn"} {
+		res, err := p.add(ctx, att(cid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ip := netip.MustParseAddr(res.IPs[0].Address.IP.String())
+		host.veths = append(host.veths, res.Interfaces[0].Name)
+		host.rules = append(host.rules, gc.HostRule{IP: ip, Priority: 512, Table: 254})
+		host.routes = append(host.routes, gc.HostRoute{IP: ip, Veth: res.Interfaces[0].Name})
+	}
+	err := p.mgr.Update(ctx, func(st *alloc.State) (bool, error) {
+		for i := range st.Allocations {
+			if st.Allocations[i].ContainerID != "newborn" {
+				st.Allocations[i].AllocatedAt = time.Now().Add(-time.Hour)
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := netsetup.HostVethName("eni", "gone", "eth0")
+	host.veths = append(host.veths, stale)
+	host.rules = append(host.rules,
+		gc.HostRule{IP: netip.MustParseAddr("10.99.0.200"), Priority: 512, Table: 254},
+		gc.HostRule{IP: netip.MustParseAddr("172.16.0.9"), Priority: 512, Table: 254}) // another network's
+	return p, w, s, host
+}
+
+func TestCollectFreesDeadKeepsAliveAndYoung(t *testing.T) {
+	p, w, s, host := gcFixture(t)
+	live := gc.FromSandboxes([]gc.Sandbox{{ID: "alive", Ready: true}})
+	c, err := p.collect(context.Background(), live, gc.Options{Grace: 10 * time.Minute, RefuseEmpty: true}, false, host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var freed []string
+	for _, d := range c.Freed {
+		freed = append(freed, d.ContainerID)
+	}
+	if strings.Join(freed, ",") != "dead,dead2" {
+		t.Errorf("freed %v, want dead and dead2", freed)
+	}
+	st, _ := s.Load()
+	var left []string
+	for _, a := range st.Allocations {
+		left = append(left, a.ContainerID)
+	}
+	slices.Sort(left)
+	if strings.Join(left, ",") != "alive,newborn" || len(st.Cooling) != 2 {
+		t.Errorf("store keeps %v, %d cooling", left, len(st.Cooling))
+	}
+	if _, ok := w.wired[netsetup.HostVethName("eni", "dead", "eth0")]; ok {
+		t.Error("dead attachment not torn down")
+	}
+	if slices.Contains(host.veths, netsetup.HostVethName("eni", "gone", "eth0")) {
+		t.Error("leftover veth not swept")
+	}
+	for _, r := range host.rules {
+		if r.IP.String() == "10.99.0.200" {
+			t.Error("leftover rule not swept")
+		}
+	}
+	if !slices.ContainsFunc(host.rules, func(r gc.HostRule) bool { return r.IP.String() == "172.16.0.9" }) {
+		t.Error("swept a rule outside this network's pool")
+	}
+	var out bytes.Buffer
+	if err := c.report(&out, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"freed 10.99.0.2", "default/web-dead", "sandbox not listed", "leftover veth", "gc: freed 2, kept 1 young, 1 alive"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestCollectRefusesEmptyListingAndDryRun(t *testing.T) {
+	p, w, s, host := gcFixture(t)
+	before := s.Bytes()
+	wiredBefore := len(w.wired)
+	hostBefore := len(host.veths) + len(host.rules)
+	_, err := p.collect(context.Background(), gc.FromSandboxes(nil), gc.Options{Grace: 10 * time.Minute, RefuseEmpty: true}, false, host)
+	if !errors.Is(err, gc.ErrEmptyListing) {
+		t.Fatalf("err = %v, want ErrEmptyListing", err)
+	}
+	live := gc.FromSandboxes([]gc.Sandbox{{ID: "alive"}})
+	c, err := p.collect(context.Background(), live, gc.Options{Grace: 10 * time.Minute, RefuseEmpty: true}, true, host)
+	if err != nil || len(c.Freed) != 2 || c.Leftovers.Len() != 2 {
+		t.Fatalf("dry run: %v, %d to free, %d leftovers", err, len(c.Freed), c.Leftovers.Len())
+	}
+	var out bytes.Buffer
+	c.report(&out, true)
+	if !strings.Contains(out.String(), "would free") || !strings.Contains(out.String(), "would remove leftover veth") {
+		t.Errorf("dry-run report:\n%s", out.String())
+	}
+	if !bytes.Equal(s.Bytes(), before) || len(w.wired) != wiredBefore || len(host.veths)+len(host.rules) != hostBefore {
+		t.Error("refused or dry run changed something")
+	}
+}
+
+func TestCollectTeardownFailureKeepsAddress(t *testing.T) {
+	p, w, s, host := gcFixture(t)
+	w.tearErr = errors.New("busy")
+	c, err := p.collect(context.Background(), gc.FromSandboxes([]gc.Sandbox{{ID: "alive"}}), gc.Options{Grace: time.Minute, RefuseEmpty: true}, false, host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Freed) != 0 || len(c.Errors) != 2 {
+		t.Errorf("freed %d, errors %v", len(c.Freed), c.Errors)
+	}
+	if err := c.report(&bytes.Buffer{}, false); err == nil || !strings.Contains(err.Error(), "2 errors") {
+		t.Errorf("report error %v", err)
+	}
+	st, _ := s.Load()
+	if len(st.Allocations) != 4 {
+		t.Error("address released although teardown failed")
+	}
+}
+
+// TestGCCommandBadRuntimeChangesNothing drives `eni-cni gc` against CRI
+// sockets that are missing, refuse, are slow, are not CRI, or lie (empty
+// listing): each exits non-zero and leaves the state file byte-for-byte.
+func TestGCCommandBadRuntimeChangesNothing(t *testing.T) {
+	confDir, stateDir := writeConflist(t)
+	store, _ := alloc.NewDiskStore(stateDir)
+	boot, _ := alloc.ReadBootID()
+	rs, _ := alloc.ParseRanges([]string{"10.99.0.0/29"})
+	m := &alloc.Manager{Store: store, Pool: rs, BootID: boot}
+	for _, cid := range []string{"a", "b"} {
+		if _, _, err := m.Allocate(context.Background(), alloc.Request{Key: alloc.Key{Network: "pods", ContainerID: cid, IfName: "eth0"}, HostVeth: "eni" + cid}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.Update(context.Background(), func(st *alloc.State) (bool, error) {
+		for i := range st.Allocations {
+			st.Allocations[i].AllocatedAt = time.Now().Add(-time.Hour)
+		}
+		return true, nil
+	})
+	statePath := filepath.Join(stateDir, alloc.StateFileName)
+	before, _ := os.ReadFile(statePath)
+
+	refusing := crifake.Start(t)
+	refusing.SetListError(status.Error(codes.Unavailable, "runtime is restarting"))
+	slow := crifake.Start(t)
+	slow.SetListDelay(3 * time.Second)
+	lying := crifake.Start(t)
+	cases := map[string]struct {
+		endpoint string
+		want     string
+	}{
+		"missing": {crifake.MissingSocket(t), "unreachable"},
+		"stale":   {crifake.StaleSocket(t), "unreachable"},
+		"not cri": {crifake.StartNotCRI(t), "not a cri"},
+		"refuses": {refusing.Endpoint(), "restarting"},
+		"slow":    {slow.Endpoint(), "did not answer in time"},
+		"lying":   {lying.Endpoint(), "refusing to free"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			code, out, errs := run("gc", "--conf-dir", confDir, "--cri-endpoint", tc.endpoint, "--timeout", "500ms", "--grace", "1s")
+			if code == 0 || !strings.Contains(strings.ToLower(errs), tc.want) {
+				t.Errorf("exit %d, stderr %q, want non-zero and %q", code, errs, tc.want)
+			}
+			if strings.Contains(out, "freed") && !strings.Contains(out, "freed 0") {
+				t.Errorf("stdout claims frees: %s", out)
+			}
+			after, _ := os.ReadFile(statePath)
+			if !bytes.Equal(before, after) {
+				t.Error("state file changed")
+			}
+		})
+	}
+}

@@ -1,0 +1,150 @@
+package netsetup
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// IsOurVeth reports whether name has the shape HostVethName gives with
+// prefix: the prefix followed by lowercase hex up to the 15-character limit.
+// The shape check keeps the GC sweep away from anyone else's interfaces
+// that happen to share a prefix.
+func IsOurVeth(prefix, name string) bool {
+	if len(name) != unix.IFNAMSIZ-1 || len(prefix) >= len(name) || name[:len(prefix)] != prefix {
+		return false
+	}
+	for _, c := range name[len(prefix):] {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// OurVeths lists the node's veth links named like ours.
+func OurVeths(prefix string) ([]string, error) {
+	links, err := netlinksafe.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("list links: %w", err)
+	}
+	var names []string
+	for _, l := range links {
+		if l.Type() == "veth" && IsOurVeth(prefix, l.Attrs().Name) {
+			names = append(names, l.Attrs().Name)
+		}
+	}
+	return names, nil
+}
+
+// PodRule is one of our policy rules for a pod address.
+type PodRule struct {
+	IP       netip.Addr
+	Priority int
+	Table    int
+	From     bool
+}
+
+// OurRules lists the rules at our priorities that match a single address.
+func OurRules() ([]PodRule, error) {
+	rules, err := netlinksafe.RuleList(unix.AF_INET)
+	if err != nil {
+		return nil, fmt.Errorf("list rules: %w", err)
+	}
+	var out []PodRule
+	for _, r := range rules {
+		var ipn = r.Dst
+		from := r.Priority == RulePriorityFromPod
+		if from {
+			ipn = r.Src
+		} else if r.Priority != RulePriorityToPod {
+			continue
+		}
+		if ipn == nil {
+			continue
+		}
+		if ones, bits := ipn.Mask.Size(); ones != 32 || bits != 32 {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(ipn.IP.To4())
+		if !ok {
+			continue
+		}
+		out = append(out, PodRule{IP: ip, Priority: r.Priority, Table: r.Table, From: from})
+	}
+	return out, nil
+}
+
+// DeleteRule removes one rule; a rule already gone is not an error.
+func DeleteRule(r PodRule) error {
+	rule := toPodRule(r.IP)
+	if r.From {
+		rule = fromPodRule(r.IP, r.Table)
+	}
+	rule.Table = r.Table
+	if err := netlink.RuleDel(rule); err != nil && !isNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+// PodRoute is a /32 host route through one of our veths.
+type PodRoute struct {
+	IP   netip.Addr
+	Veth string
+}
+
+// OurRoutes lists /32 routes in the main table whose device is one of veths.
+func OurRoutes(veths []string) ([]PodRoute, error) {
+	var out []PodRoute
+	for _, name := range veths {
+		link, err := netlinksafe.LinkByName(name)
+		if err != nil {
+			if isNotFound(err) {
+				continue
+			}
+			return nil, fmt.Errorf("find %s: %w", name, err)
+		}
+		routes, err := netlinksafe.RouteList(link, unix.AF_INET)
+		if err != nil {
+			return nil, fmt.Errorf("list routes of %s: %w", name, err)
+		}
+		for _, r := range routes {
+			if r.Dst == nil {
+				continue
+			}
+			if ones, _ := r.Dst.Mask.Size(); ones != 32 {
+				continue
+			}
+			if ip, ok := netip.AddrFromSlice(r.Dst.IP.To4()); ok {
+				out = append(out, PodRoute{IP: ip, Veth: name})
+			}
+		}
+	}
+	return out, nil
+}
+
+// DeleteRoute removes one host route; a route already gone is not an error.
+func DeleteRoute(r PodRoute) error {
+	link, err := netlinksafe.LinkByName(r.Veth)
+	if err != nil {
+		if isNotFound(err) {
+			return nil
+		}
+		return err
+	}
+	route := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: hostNet(r.IP), Scope: netlink.SCOPE_LINK}
+	if err := netlink.RouteDel(route); err != nil && !isNotFound(err) && !errors.Is(err, unix.ESRCH) {
+		return err
+	}
+	return nil
+}
+
+// DeleteVeth removes a host veth by name; one already gone is not an error.
+func DeleteVeth(name string) error {
+	return Teardown(name, netip.Addr{}, 0)
+}
