@@ -135,7 +135,7 @@ func cmdList(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("list: %w", err)
 	}
-	allocs := append([]alloc.Allocation(nil), st.Allocations...)
+	allocs := append([]alloc.Allocation{}, st.Allocations...)
 	sort.Slice(allocs, func(i, j int) bool { return allocs[i].IP.Less(allocs[j].IP) })
 	l := listing{Network: p.cfg.Network, StateFile: p.cfg.StateDir + "/" + alloc.StateFileName, Pool: counts, Allocations: allocs}
 	if *asJSON {

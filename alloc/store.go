@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/gofrs/flock"
 )
@@ -36,11 +35,6 @@ const (
 	LockFileName  = "state.lock"
 )
 
-// lockRetry is how often a waiting process polls the lock. A holder keeps it
-// for one read-modify-write (about a millisecond), so a short poll keeps a
-// burst of ADDs moving without spinning.
-const lockRetry = 500 * time.Microsecond
-
 // DiskStore keeps the state in dir/state.json, guarded by an flock on
 // dir/state.lock.
 //
@@ -51,7 +45,7 @@ const lockRetry = 500 * time.Microsecond
 // the process dies; a crashed plugin never wedges the node.
 type DiskStore struct {
 	dir  string
-	lock *flock.Flock
+	held *flock.Flock
 }
 
 // NewDiskStore returns a store in dir, creating dir (mode 0700) if needed.
@@ -62,29 +56,57 @@ func NewDiskStore(dir string) (*DiskStore, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create state directory: %w", err)
 	}
-	return &DiskStore{
-		dir:  dir,
-		lock: flock.New(filepath.Join(dir, LockFileName), flock.SetPermissions(0o600)),
-	}, nil
+	return &DiskStore{dir: dir}, nil
 }
 
 // Path is the state file's path, for messages.
 func (d *DiskStore) Path() string { return filepath.Join(d.dir, StateFileName) }
 
+func (d *DiskStore) lockPath() string { return filepath.Join(d.dir, LockFileName) }
+
+// Lock waits in the kernel (a blocking flock) rather than polling: with
+// dozens of ADDs at once on a small node, pollers steal the CPU the holder
+// needs to finish, and the queue collapses into timeouts. The wait is
+// bounded by ctx; a waiter that gives up leaves a goroutine that releases
+// the lock as soon as it gets it.
 func (d *DiskStore) Lock(ctx context.Context) error {
-	ok, err := d.lock.TryLockContext(ctx, lockRetry)
-	if ok {
+	if d.held != nil {
+		return fmt.Errorf("lock %s: already held by this store", d.lockPath())
+	}
+	fl := flock.New(d.lockPath(), flock.SetPermissions(0o600))
+	if ok, err := fl.TryLock(); err != nil {
+		return fmt.Errorf("lock %s: %w", d.lockPath(), err)
+	} else if ok {
+		d.held = fl
 		return nil
 	}
-	if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return fmt.Errorf("lock %s: %w", d.lock.Path(), ErrLockTimeout)
+	done := make(chan error, 1)
+	go func() { done <- fl.Lock() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("lock %s: %w", d.lockPath(), err)
+		}
+		d.held = fl
+		return nil
+	case <-ctx.Done():
+		go func() {
+			if err := <-done; err == nil {
+				fl.Unlock()
+			}
+		}()
+		return fmt.Errorf("lock %s: %w", d.lockPath(), ErrLockTimeout)
 	}
-	return fmt.Errorf("lock %s: %w", d.lock.Path(), err)
 }
 
 func (d *DiskStore) Unlock() error {
-	if err := d.lock.Unlock(); err != nil {
-		return fmt.Errorf("unlock %s: %w", d.lock.Path(), err)
+	if d.held == nil {
+		return fmt.Errorf("unlock %s: not locked", d.lockPath())
+	}
+	fl := d.held
+	d.held = nil
+	if err := fl.Unlock(); err != nil {
+		return fmt.Errorf("unlock %s: %w", d.lockPath(), err)
 	}
 	return nil
 }

@@ -1,0 +1,151 @@
+package integration
+
+import (
+	"bytes"
+	"os"
+	"slices"
+	"testing"
+)
+
+// TestBadInputs feeds the binary inputs a runtime or an operator can get
+// wrong. Each must fail with its CNI error code and a message naming the
+// problem, and change neither the state file nor the node.
+func TestBadInputs(t *testing.T) {
+	n := newNode(t)
+	nw := newNetwork(t, n, "1.0.0", []string{"10.99.5.0/24"}, nil)
+	seed := newPod(t, "pod-seed")
+	nw.add(t, seed) // a live allocation the failures must not disturb
+	target := newPod(t, "pod-target")
+	missingNetns := "/var/run/netns/eni-it-missing-" + randHex(6)
+
+	cases := []struct {
+		name  string
+		stdin []byte                      // nil: the network's config after conf
+		conf  func(map[string]any)        // edits of the config
+		env   func(env map[string]string) // edits of the CNI environment
+		code  uint
+		msg   []string
+	}{
+		{
+			name:  "malformed JSON",
+			stdin: []byte(`{"cniVersion":"1.0.0","name":"` + nw.name + `","type":"eni-cni","pool":{`),
+			code:  6, msg: []string{"network config"},
+		},
+		{
+			name: "unknown pool.source",
+			conf: func(c map[string]any) { c["pool"] = map[string]any{"source": "azure"} },
+			code: 7, msg: []string{`pool.source "azure"`},
+		},
+		{
+			name: "bad range",
+			conf: func(c map[string]any) {
+				c["pool"] = map[string]any{"source": "static", "ranges": []string{"10.0.0.300/24"}}
+			},
+			code: 7, msg: []string{"10.0.0.300/24"},
+		},
+		{
+			name: "CNI_CONTAINERID missing",
+			env:  func(e map[string]string) { delete(e, "CNI_CONTAINERID") },
+			code: 4, msg: []string{"CNI_CONTAINERID"},
+		},
+		{
+			name: "CNI_CONTAINERID ../../etc",
+			env:  func(e map[string]string) { e["CNI_CONTAINERID"] = "../../etc" },
+			code: 4, msg: []string{"containerID"},
+		},
+		{
+			name: "CNI_IFNAME too long",
+			env:  func(e map[string]string) { e["CNI_IFNAME"] = "eth0-far-too-long" },
+			code: 4, msg: []string{"interface name", "too long"},
+		},
+		{
+			name: "CNI_NETNS missing path",
+			env:  func(e map[string]string) { e["CNI_NETNS"] = missingNetns },
+			code: 8, msg: []string{missingNetns},
+		},
+		{
+			name: "CNI_NETNS is the node's own",
+			env:  func(e map[string]string) { e["CNI_NETNS"] = n.path() },
+			code: 8, msg: []string{n.path(), "own network namespace"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			stdin := tc.stdin
+			if stdin == nil {
+				var mods []func(map[string]any)
+				if tc.conf != nil {
+					mods = append(mods, tc.conf)
+				}
+				stdin = nw.config(t, mods...)
+			}
+			env := cniEnv("ADD", target)
+			if tc.env != nil {
+				tc.env(env)
+			}
+			stateBefore, vethsBefore := nw.stateBytes(t), n.vethNames(t)
+
+			o := nw.run(t, env, stdin)
+			wantCNIError(t, "ADD with "+tc.name, o, tc.code, tc.msg...)
+
+			if after := nw.stateBytes(t); !bytes.Equal(after, stateBefore) {
+				t.Errorf("state file changed:\nbefore %s\nafter  %s", stateBefore, after)
+			}
+			if after := n.vethNames(t); !slices.Equal(after, vethsBefore) {
+				t.Errorf("node veths changed from %v to %v", vethsBefore, after)
+			}
+			target.assertUnwired(t)
+		})
+	}
+	if l := nw.list(t); len(l.Allocations) != 1 || l.Allocations[0].ContainerID != seed.containerID {
+		t.Errorf("after the bad inputs: allocations %+v, want only the seed pod's", l.Allocations)
+	}
+
+	t.Run("corrupt state file", func(t *testing.T) {
+		nw := newNetwork(t, n, "1.0.0", []string{"10.99.6.0/24"}, nil)
+		if err := os.MkdirAll(nw.stateDir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		corrupt := []byte(`{"version": 1, "allocations": [{"network": "` + nw.name + `", "ip": "10.99.6.`)
+		if err := os.WriteFile(nw.statePath(), corrupt, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		vethsBefore := n.vethNames(t)
+		p := newPod(t, "pod-corrupt")
+		for _, cmd := range []string{"ADD", "DEL"} {
+			o := nw.run(t, cniEnv(cmd, p), nw.config(t))
+			wantCNIError(t, cmd+" with a corrupt state file", o, 5, nw.statePath())
+			if got := nw.stateBytes(t); !bytes.Equal(got, corrupt) {
+				t.Errorf("%s rewrote the corrupt state file: want it byte-for-byte unchanged, got %q", cmd, got)
+			}
+		}
+		p.assertUnwired(t)
+		if after := n.vethNames(t); !slices.Equal(after, vethsBefore) {
+			t.Errorf("node veths changed from %v to %v", vethsBefore, after)
+		}
+	})
+}
+
+// TestStatus runs the CNI 1.1 STATUS verb on a good and a corrupt store.
+func TestStatus(t *testing.T) {
+	n := newNode(t)
+	nw := newNetwork(t, n, "1.1.0", []string{"10.99.7.0/24"}, nil)
+	status := func() output { return nw.run(t, cniEnv("STATUS", nil), nw.config(t)) }
+
+	if o := status(); o.exit != 0 {
+		t.Errorf("STATUS on a new store: want exit 0, got %s", o)
+	}
+	nw.add(t, newPod(t, "pod-status"))
+	if o := status(); o.exit != 0 {
+		t.Errorf("STATUS with one allocation: want exit 0, got %s", o)
+	}
+
+	corrupt := []byte("this is not JSON\n")
+	if err := os.WriteFile(nw.statePath(), corrupt, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wantCNIError(t, "STATUS with a corrupt state file", status(), 50, nw.statePath())
+	if got := nw.stateBytes(t); !bytes.Equal(got, corrupt) {
+		t.Errorf("STATUS changed the corrupt state file to %q", got)
+	}
+}
