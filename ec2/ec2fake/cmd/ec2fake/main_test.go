@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRunServesAndDescribes(t *testing.T) {
+	dir := t.TempDir()
+	describe, envFile := filepath.Join(dir, "ec2.json"), filepath.Join(dir, "ec2.env")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--instance-type", "t3.medium", "--secondary-ips", "2", "--extra-enis", "1",
+			"--ec2-listen", "127.0.0.1:0", "--describe", describe, "--env-file", envFile}, pw, io.Discard)
+		pw.Close()
+	}()
+	lines := bufio.NewScanner(pr)
+	var urls []string
+	for len(urls) < 2 && lines.Scan() {
+		urls = append(urls, lines.Text())
+	}
+	if len(urls) != 2 || urls[0] == urls[1] || !strings.HasPrefix(urls[1], "http://127.0.0.1:") {
+		t.Fatalf("printed URLs %q", urls)
+	}
+	go io.Copy(io.Discard, pr)
+
+	d := readDescription(t, describe)
+	if len(d.ENIs) != 2 || len(d.ENIs[0].SecondaryIPs) != 2 || d.Info.InstanceType != "t3.medium" {
+		t.Fatalf("description %+v", d)
+	}
+	client := &http.Client{Transport: &http.Transport{Proxy: nil, DialContext: (&net.Dialer{}).DialContext}}
+	resp, err := client.PostForm(urls[1], url.Values{
+		"Action": {"AssignPrivateIpAddresses"}, "Version": {"2016-11-15"},
+		"NetworkInterfaceId": {d.ENIs[0].ID}, "SecondaryPrivateIpAddressCount": {"1"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if d = readDescription(t, describe); len(d.ENIs[0].SecondaryIPs) != 3 || d.Calls["AssignPrivateIpAddresses"] != 1 {
+		t.Fatalf("description not refreshed after the call: %+v", d.ENIs[0])
+	}
+	env, err := os.ReadFile(envFile)
+	if err != nil || !strings.Contains(string(env), "export AWS_ENDPOINT_URL_EC2="+urls[1]+"\n") {
+		t.Fatalf("env file %q %v", env, err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("run did not return after cancel")
+	}
+}
+
+func readDescription(t *testing.T, path string) description {
+	t.Helper()
+	var d description
+	b, err := os.ReadFile(path)
+	if err == nil {
+		err = json.Unmarshal(b, &d)
+	}
+	if err != nil {
+		t.Fatalf("read %s: %v", path, err)
+	}
+	return d
+}
+
+func TestRunRejectsBadInput(t *testing.T) {
+	for _, args := range [][]string{
+		{"--listen", "0.0.0.0:0"},
+		{"--instance-type", "x9.huge"},
+		{"--no-such-flag"},
+		{"--secondary-ips", "100"},
+		{"stray"},
+	} {
+		if err := run(context.Background(), args, io.Discard, io.Discard); err == nil {
+			t.Errorf("run %v succeeded", args)
+		}
+	}
+}

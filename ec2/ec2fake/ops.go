@@ -1,0 +1,262 @@
+package ec2fake
+
+import (
+	"maps"
+	"net/netip"
+	"slices"
+)
+
+// The *Locked operations below are the EC2 semantics shared by the Query API
+// handlers and the seeding methods. They run with s.mu held, validate fully
+// before changing anything (EC2 calls are all-or-nothing) and return
+// *APIError values carrying EC2's error codes.
+
+// createRequest describes a new ENI.
+type createRequest struct {
+	subnetID    string
+	sgs         []string
+	description string
+	primary     netip.Addr // chosen by EC2 when invalid
+	noIPv4      bool
+	tags        map[string]string
+}
+
+func (s *Server) lookupSubnetLocked(id string) (*subnet, error) {
+	if id == "" {
+		return nil, apiErr("MissingParameter", "The request must contain the parameter SubnetId")
+	}
+	if !validID(id, "subnet") {
+		return nil, apiErr("InvalidSubnetID.Malformed", "Invalid id: \"%s\" (expecting \"subnet-...\")", id)
+	}
+	sn := s.subnets[id]
+	if sn == nil {
+		return nil, apiErr("InvalidSubnetID.NotFound", "The subnet ID '%s' does not exist", id)
+	}
+	return sn, nil
+}
+
+func (s *Server) createENILocked(req createRequest) (*eni, error) {
+	sn, err := s.lookupSubnetLocked(req.subnetID)
+	if err != nil {
+		return nil, err
+	}
+	sgs := req.sgs
+	if len(sgs) == 0 {
+		sgs = s.cfg.SecurityGroupIDs
+	}
+	for _, sg := range sgs {
+		if !slices.Contains(s.cfg.SecurityGroupIDs, sg) {
+			return nil, apiErr("InvalidGroup.NotFound", "The security group '%s' does not exist", sg)
+		}
+	}
+	id := s.newIDLocked("eni")
+	if !req.noIPv4 {
+		if req.primary.IsValid() {
+			err = sn.claimIP(req.primary, id)
+		} else {
+			req.primary, err = sn.allocIP(id)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	s.created++
+	e := &eni{
+		id: id, mac: s.newMACLocked(), subnetID: sn.id, description: req.description,
+		sgs: slices.Clone(sgs), primary: req.primary, tags: maps.Clone(req.tags), created: s.created,
+	}
+	if e.tags == nil {
+		e.tags = map[string]string{}
+	}
+	s.enis[id] = e
+	return e, nil
+}
+
+// assignRequest is what AssignPrivateIpAddresses asks for; exactly one of the
+// four fields is normally set.
+type assignRequest struct {
+	count       int
+	ips         []netip.Addr
+	prefixCount int
+	prefixes    []netip.Prefix
+}
+
+func (r assignRequest) slots() int {
+	return r.count + len(r.ips) + r.prefixCount + len(r.prefixes)
+}
+
+// assignLocked adds secondary addresses and /28 prefixes to an ENI. Both
+// draw on the same per-ENI slot limit, as in real EC2.
+func (s *Server) assignLocked(e *eni, r assignRequest) ([]netip.Addr, []netip.Prefix, error) {
+	if e.slots()+r.slots() > s.limits.IPv4PerENI {
+		return nil, nil, apiErr("PrivateIpAddressLimitExceeded", "Number of private addresses will exceed limit.")
+	}
+	sn := s.subnets[e.subnetID]
+	var ips []netip.Addr
+	var pfx []netip.Prefix
+	fail := func(err error) ([]netip.Addr, []netip.Prefix, error) {
+		for _, a := range ips {
+			delete(sn.ips, a)
+		}
+		for _, p := range pfx {
+			delete(sn.prefixes, p)
+		}
+		return nil, nil, err
+	}
+	for _, a := range r.ips {
+		if err := sn.claimIP(a, e.id); err != nil {
+			return fail(err)
+		}
+		ips = append(ips, a)
+	}
+	for range r.count {
+		a, err := sn.allocIP(e.id)
+		if err != nil {
+			return fail(err)
+		}
+		ips = append(ips, a)
+	}
+	for _, p := range r.prefixes {
+		if err := sn.claimPrefix(p, e.id); err != nil {
+			return fail(err)
+		}
+		pfx = append(pfx, p)
+	}
+	for range r.prefixCount {
+		p, err := sn.allocPrefix(e.id)
+		if err != nil {
+			return fail(err)
+		}
+		pfx = append(pfx, p)
+	}
+	e.secondaries = append(e.secondaries, ips...)
+	e.prefixes = append(e.prefixes, pfx...)
+	return ips, pfx, nil
+}
+
+// unassignLocked removes secondary addresses and prefixes. Like EC2 it
+// refuses the whole call if any of them is not on the ENI.
+func (s *Server) unassignLocked(e *eni, ips []netip.Addr, pfx []netip.Prefix) error {
+	for _, a := range ips {
+		if a == e.primary {
+			return apiErr("InvalidParameterValue", "The primary private IP address %s of %s cannot be unassigned", a, e.id)
+		}
+		if !slices.Contains(e.secondaries, a) {
+			return apiErr("InvalidParameterValue", "Some of the specified addresses are not assigned to interface %s", e.id)
+		}
+	}
+	for _, p := range pfx {
+		if !slices.Contains(e.prefixes, p) {
+			return apiErr("InvalidParameterValue", "Some of the specified prefixes are not assigned to interface %s", e.id)
+		}
+	}
+	sn := s.subnets[e.subnetID]
+	for _, a := range ips {
+		delete(sn.ips, a)
+	}
+	for _, p := range pfx {
+		delete(sn.prefixes, p)
+	}
+	e.secondaries = slices.DeleteFunc(e.secondaries, func(a netip.Addr) bool { return slices.Contains(ips, a) })
+	e.prefixes = slices.DeleteFunc(e.prefixes, func(p netip.Prefix) bool { return slices.Contains(pfx, p) })
+	return nil
+}
+
+func (s *Server) checkInstanceLocked(id string) error {
+	if id == "" {
+		return apiErr("MissingParameter", "The request must contain the parameter InstanceId")
+	}
+	if !validID(id, "i") {
+		return apiErr("InvalidInstanceID.Malformed", "Invalid id: \"%s\"", id)
+	}
+	if id != s.cfg.InstanceID {
+		return apiErr("InvalidInstanceID.NotFound", "The instance ID '%s' does not exist", id)
+	}
+	return nil
+}
+
+// freeDeviceLocked returns the lowest unused device index above the primary.
+func (s *Server) freeDeviceLocked() int {
+	used := map[int]bool{}
+	for _, e := range s.attachedLocked() {
+		used[e.att.device] = true
+	}
+	d := 1
+	for used[d] {
+		d++
+	}
+	return d
+}
+
+func (s *Server) attachLocked(e *eni, instanceID string, device int, deleteOnTermination bool) (*attachment, error) {
+	if err := s.checkInstanceLocked(instanceID); err != nil {
+		return nil, err
+	}
+	if e.att != nil {
+		return nil, apiErr("InvalidParameterValue", "Interface: [%s] in use.", e.id)
+	}
+	if device < 0 {
+		return nil, apiErr("InvalidParameterValue", "Invalid value '%d' for deviceIndex", device)
+	}
+	if sn := s.subnets[e.subnetID]; sn.az != s.cfg.AvailabilityZone {
+		return nil, apiErr("InvalidParameterValue", "Network interface %s is in availability zone %s, instance %s is in %s",
+			e.id, sn.az, instanceID, s.cfg.AvailabilityZone)
+	}
+	attached := s.attachedLocked()
+	for _, o := range attached {
+		if o.att.device == device {
+			return nil, apiErr("InvalidParameterValue",
+				"Instance '%s' already has an interface attached at device index '%d'.", instanceID, device)
+		}
+	}
+	if len(attached) >= s.limits.MaxENIs {
+		return nil, apiErr("AttachmentLimitExceeded", "Interface count %d exceeds the limit for %s",
+			len(attached)+1, s.cfg.InstanceType)
+	}
+	e.att = &attachment{
+		id: s.newIDLocked("eni-attach"), instanceID: instanceID, device: device,
+		deleteOnTermination: deleteOnTermination, at: s.now().UTC(),
+	}
+	return e.att, nil
+}
+
+func (s *Server) findAttachmentLocked(attID string) (*eni, error) {
+	if attID == "" {
+		return nil, apiErr("MissingParameter", "The request must contain the parameter AttachmentId")
+	}
+	for _, e := range s.enis {
+		if e.att != nil && e.att.id == attID {
+			return e, nil
+		}
+	}
+	return nil, apiErr("InvalidAttachmentID.NotFound", "The attachment ID '%s' does not exist", attID)
+}
+
+func (s *Server) detachLocked(attID string) error {
+	e, err := s.findAttachmentLocked(attID)
+	if err != nil {
+		return err
+	}
+	if e.att.device == 0 {
+		return apiErr("OperationNotPermitted",
+			"The network interface at device index 0 and networkCard index 0 cannot be detached.")
+	}
+	e.att = nil
+	return nil
+}
+
+func (s *Server) deleteENILocked(e *eni) error {
+	if e.att != nil {
+		return apiErr("InvalidNetworkInterface.InUse", "Network interface '%s' is currently in use.", e.id)
+	}
+	sn := s.subnets[e.subnetID]
+	for _, a := range e.privateIPs() {
+		delete(sn.ips, a)
+	}
+	for _, p := range e.prefixes {
+		delete(sn.prefixes, p)
+	}
+	delete(s.enis, e.id)
+	delete(s.macs, e.mac)
+	return nil
+}
