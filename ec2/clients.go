@@ -1,0 +1,63 @@
+package ec2
+
+import (
+	"os"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/credentials/ec2rolecreds"
+	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+)
+
+// Environment variables the AWS SDKs read for endpoints; honoured here
+// because the clients are built without the SDK's config loader (which
+// would pull SSO, STS and profile parsing into every plugin exec).
+const (
+	EnvIMDSEndpoint = "AWS_EC2_METADATA_SERVICE_ENDPOINT"
+	EnvEC2Endpoint  = "AWS_ENDPOINT_URL_EC2"
+)
+
+// NewMetadataClient returns an IMDSv2 client. endpoint overrides the
+// environment, which overrides the link-local default.
+func NewMetadataClient(endpoint string) *imds.Client {
+	if endpoint == "" {
+		endpoint = os.Getenv(EnvIMDSEndpoint)
+	}
+	return imds.New(imds.Options{
+		Endpoint:          endpoint,
+		ClientEnableState: imds.ClientEnabled,
+		HTTPClient:        awshttp.NewBuildableClient().WithTimeout(5 * time.Second),
+	})
+}
+
+// NewAPI returns an EC2 client with adaptive retry (throttling makes it
+// slow down, not fail at once) and a bound on each call. Credentials come
+// from the environment if set, else from the instance role through IMDS.
+func NewAPI(endpoint, region string, md *imds.Client, optFns ...func(*ec2.Options)) *ec2.Client {
+	if endpoint == "" {
+		endpoint = os.Getenv(EnvEC2Endpoint)
+	}
+	var creds aws.CredentialsProvider = ec2rolecreds.New(func(o *ec2rolecreds.Options) { o.Client = md })
+	if id, secret := os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY"); id != "" && secret != "" {
+		creds = credentials.NewStaticCredentialsProvider(id, secret, os.Getenv("AWS_SESSION_TOKEN"))
+	}
+	opts := ec2.Options{
+		Region:      region,
+		Credentials: aws.NewCredentialsCache(creds),
+		HTTPClient:  awshttp.NewBuildableClient().WithTimeout(20 * time.Second),
+		Retryer: retry.NewAdaptiveMode(func(o *retry.AdaptiveModeOptions) {
+			o.StandardOptions = append(o.StandardOptions, func(so *retry.StandardOptions) {
+				so.MaxAttempts = 6
+				so.MaxBackoff = 5 * time.Second
+			})
+		}),
+	}
+	if endpoint != "" {
+		opts.BaseEndpoint = aws.String(endpoint)
+	}
+	return ec2.New(opts, optFns...)
+}

@@ -1,0 +1,204 @@
+package ec2
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+
+	"github.com/eni-cni/eni-cni/alloc"
+)
+
+// Tag keys eni-cni puts on the ENIs it creates, so an operator (or a
+// cleanup job) can tell them apart from ENIs made by anything else.
+const (
+	TagInstanceID = "eni-cni/instance-id"
+	TagCreatedAt  = "eni-cni/created-at"
+)
+
+// createENI creates an ENI in the primary ENI's subnet (or Cfg.SubnetID)
+// with addresses for the need, attaches it at the next free device index
+// with DeleteOnTermination, records it and sets it up on the node.
+func (w *Warmer) createENI(ctx context.Context, src *SourceState, need int) error {
+	primary := src.ENIs[0]
+	subnet, sgs := primary.SubnetID, primary.SecurityGroups
+	if w.Cfg.SubnetID != "" {
+		subnet = w.Cfg.SubnetID
+	}
+	if len(w.Cfg.SecurityGroupIDs) > 0 {
+		sgs = w.Cfg.SecurityGroupIDs
+	}
+	in := &ec2.CreateNetworkInterfaceInput{
+		SubnetId:          aws.String(subnet),
+		Groups:            sgs,
+		Description:       aws.String("eni-cni pod addresses of " + src.InstanceID),
+		TagSpecifications: []types.TagSpecification{{ResourceType: types.ResourceTypeNetworkInterface, Tags: w.tags(src)}},
+	}
+	if w.Cfg.PrefixDelegation {
+		in.Ipv4PrefixCount = aws.Int32(int32(min((need+15)/16, slots(src))))
+	} else {
+		in.SecondaryPrivateIpAddressCount = aws.Int32(int32(min(need, slots(src))))
+	}
+	out, err := w.API.CreateNetworkInterface(ctx, in)
+	if err != nil {
+		return fmt.Errorf("create ENI in %s: %w", subnet, err)
+	}
+	e, ips, prefixes, err := w.newENIState(ctx, out.NetworkInterface, src, primary)
+	if err != nil {
+		return w.abandon(ctx, e.ID, err)
+	}
+	if err := w.attach(ctx, &e, src); err != nil {
+		return w.abandon(ctx, e.ID, err)
+	}
+	n, err := w.recordENI(ctx, e, ips, prefixes)
+	if err != nil {
+		return err
+	}
+	w.say("created %s (device %d, subnet %s, %s) with %d addresses", e.ID, e.DeviceNumber, e.SubnetID, e.MAC, n)
+	if w.Host != nil {
+		if err := w.Host.SetupENI(ctx, e); err != nil {
+			return fmt.Errorf("set up %s on the node (ADD retries it): %w", e.ID, err)
+		}
+	}
+	return nil
+}
+
+// newENIState reads the created ENI from the reply.
+func (w *Warmer) newENIState(ctx context.Context, ni *types.NetworkInterface, src *SourceState, primary ENIState) (ENIState, []netip.Addr, []netip.Prefix, error) {
+	if ni == nil || ni.NetworkInterfaceId == nil {
+		return ENIState{}, nil, nil, fmt.Errorf("create ENI: reply has no interface")
+	}
+	e := ENIState{
+		ID: aws.ToString(ni.NetworkInterfaceId), MAC: aws.ToString(ni.MacAddress),
+		SubnetID: aws.ToString(ni.SubnetId), VPCCIDRs: primary.VPCCIDRs,
+		DeviceNumber: nextDeviceIndex(src),
+	}
+	for _, g := range ni.Groups {
+		e.SecurityGroups = append(e.SecurityGroups, aws.ToString(g.GroupId))
+	}
+	var ips []netip.Addr
+	for _, a := range ni.PrivateIpAddresses {
+		ip, err := netip.ParseAddr(aws.ToString(a.PrivateIpAddress))
+		if err != nil {
+			return e, nil, nil, fmt.Errorf("create ENI %s: bad address in reply: %w", e.ID, err)
+		}
+		if aws.ToBool(a.Primary) {
+			e.PrimaryIP = ip
+		} else {
+			ips = append(ips, ip)
+		}
+	}
+	var prefixes []netip.Prefix
+	for _, p := range ni.Ipv4Prefixes {
+		pfx, err := netip.ParsePrefix(aws.ToString(p.Ipv4Prefix))
+		if err != nil {
+			return e, nil, nil, fmt.Errorf("create ENI %s: bad prefix in reply: %w", e.ID, err)
+		}
+		prefixes = append(prefixes, pfx.Masked())
+	}
+	if !e.PrimaryIP.IsValid() {
+		if ip, err := netip.ParseAddr(aws.ToString(ni.PrivateIpAddress)); err == nil {
+			e.PrimaryIP = ip
+		}
+	}
+	var err error
+	e.SubnetCIDR, err = w.subnetCIDR(ctx, e.SubnetID, primary)
+	return e, ips, prefixes, err
+}
+
+func (w *Warmer) subnetCIDR(ctx context.Context, subnet string, primary ENIState) (netip.Prefix, error) {
+	if subnet == primary.SubnetID {
+		return primary.SubnetCIDR, nil
+	}
+	out, err := w.API.DescribeSubnets(ctx, &ec2.DescribeSubnetsInput{SubnetIds: []string{subnet}})
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("describe subnet %s: %w", subnet, err)
+	}
+	if len(out.Subnets) != 1 {
+		return netip.Prefix{}, fmt.Errorf("describe subnet %s: %d subnets in reply", subnet, len(out.Subnets))
+	}
+	return netip.ParsePrefix(aws.ToString(out.Subnets[0].CidrBlock))
+}
+
+func (w *Warmer) attach(ctx context.Context, e *ENIState, src *SourceState) error {
+	out, err := w.API.AttachNetworkInterface(ctx, &ec2.AttachNetworkInterfaceInput{
+		DeviceIndex:        aws.Int32(int32(e.DeviceNumber)),
+		InstanceId:         aws.String(src.InstanceID),
+		NetworkInterfaceId: aws.String(e.ID),
+	})
+	if err != nil {
+		return fmt.Errorf("attach %s to %s at device %d: %w", e.ID, src.InstanceID, e.DeviceNumber, err)
+	}
+	// Without this the ENI outlives the instance and its addresses leak.
+	_, err = w.API.ModifyNetworkInterfaceAttribute(ctx, &ec2.ModifyNetworkInterfaceAttributeInput{
+		NetworkInterfaceId: aws.String(e.ID),
+		Attachment: &types.NetworkInterfaceAttachmentChanges{
+			AttachmentId: out.AttachmentId, DeleteOnTermination: aws.Bool(true),
+		},
+	})
+	if err != nil {
+		w.say("warning: %s attached but DeleteOnTermination not set: %v", e.ID, err)
+	}
+	return nil
+}
+
+// abandon deletes an ENI that was created but could not be attached, so a
+// failed pass does not leave billable interfaces behind.
+func (w *Warmer) abandon(ctx context.Context, id string, cause error) error {
+	if id == "" {
+		return cause
+	}
+	if _, err := w.API.DeleteNetworkInterface(ctx, &ec2.DeleteNetworkInterfaceInput{NetworkInterfaceId: aws.String(id)}); err != nil {
+		return fmt.Errorf("%w (and deleting %s failed: %v)", cause, id, err)
+	}
+	w.say("deleted %s again: %v", id, cause)
+	return cause
+}
+
+func (w *Warmer) recordENI(ctx context.Context, e ENIState, ips []netip.Addr, prefixes []netip.Prefix) (int, error) {
+	added := 0
+	err := w.update(ctx, func(st *alloc.State, src *SourceState) error {
+		e.Secondary = len(ips)
+		e.Prefixes = prefixes
+		src.ENIs = append(src.ENIs, e)
+		sort.Slice(src.ENIs, func(i, j int) bool { return src.ENIs[i].DeviceNumber < src.ENIs[j].DeviceNumber })
+		all := slices.Clone(ips)
+		for _, p := range prefixes {
+			all = append(all, expand(p)...)
+		}
+		added = addToPool(st, e.ID, all, w.now())
+		return nil
+	})
+	return added, err
+}
+
+func (w *Warmer) tags(src *SourceState) []types.Tag {
+	tags := []types.Tag{
+		{Key: aws.String(TagInstanceID), Value: aws.String(src.InstanceID)},
+		{Key: aws.String(TagCreatedAt), Value: aws.String(w.now().UTC().Format(time.RFC3339))},
+	}
+	keys := make([]string, 0, len(w.Cfg.Tags))
+	for k := range w.Cfg.Tags {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		tags = append(tags, types.Tag{Key: aws.String(k), Value: aws.String(w.Cfg.Tags[k])})
+	}
+	return tags
+}
+
+// nextDeviceIndex is the lowest device index no known ENI uses.
+func nextDeviceIndex(src *SourceState) int {
+	for i := 1; ; i++ {
+		if !slices.ContainsFunc(src.ENIs, func(e ENIState) bool { return e.DeviceNumber == i }) {
+			return i
+		}
+	}
+}

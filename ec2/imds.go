@@ -1,0 +1,197 @@
+// Package ec2 owns the node's view of AWS: discovery of the instance's ENIs
+// and their addresses through IMDS, the pool those addresses form in the
+// store, and the EC2 API calls of `eni-cni warm` that top the pool up and
+// trim it. ADD reads the pool from the store and never calls EC2.
+package ec2
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+)
+
+// Metadata is the part of the IMDS client discovery uses.
+type Metadata interface {
+	GetMetadata(ctx context.Context, in *imds.GetMetadataInput, opts ...func(*imds.Options)) (*imds.GetMetadataOutput, error)
+}
+
+// ErrIMDS reports instance metadata that cannot be read or makes no sense.
+var ErrIMDS = errors.New("instance metadata")
+
+// Instance is what IMDS says about this node.
+type Instance struct {
+	ID, Type, AZ string
+	PrimaryMAC   string
+	ENIs         []ENIInfo // by device number
+}
+
+// Region is the AZ without its letter.
+func (i *Instance) Region() string {
+	if len(i.AZ) < 2 {
+		return ""
+	}
+	return i.AZ[:len(i.AZ)-1]
+}
+
+// ENIInfo is one attached network interface as IMDS describes it.
+type ENIInfo struct {
+	ID             string
+	MAC            string
+	DeviceNumber   int
+	SubnetID       string
+	SubnetCIDR     netip.Prefix
+	VPCCIDRs       []netip.Prefix
+	PrimaryIP      netip.Addr   // never given to a pod
+	Secondary      []netip.Addr // secondary addresses, in IMDS order
+	Prefixes       []netip.Prefix
+	SecurityGroups []string
+}
+
+// Discover reads the instance and every attached ENI from IMDS.
+func Discover(ctx context.Context, md Metadata) (*Instance, error) {
+	r := reader{md: md}
+	inst := &Instance{
+		ID:         r.get(ctx, "instance-id"),
+		Type:       r.get(ctx, "instance-type"),
+		AZ:         r.get(ctx, "placement/availability-zone"),
+		PrimaryMAC: r.get(ctx, "mac"),
+	}
+	macs := r.list(ctx, "network/interfaces/macs/")
+	if r.err != nil {
+		return nil, r.err
+	}
+	for _, m := range macs {
+		e, err := discoverENI(ctx, md, strings.TrimSuffix(m, "/"))
+		if err != nil {
+			return nil, err
+		}
+		inst.ENIs = append(inst.ENIs, e)
+	}
+	sort.Slice(inst.ENIs, func(i, j int) bool { return inst.ENIs[i].DeviceNumber < inst.ENIs[j].DeviceNumber })
+	if len(inst.ENIs) == 0 {
+		return nil, fmt.Errorf("%w: no network interfaces listed", ErrIMDS)
+	}
+	return inst, nil
+}
+
+func discoverENI(ctx context.Context, md Metadata, mac string) (ENIInfo, error) {
+	r := reader{md: md}
+	base := "network/interfaces/macs/" + mac + "/"
+	e := ENIInfo{MAC: mac, ID: r.get(ctx, base+"interface-id"), SubnetID: r.get(ctx, base+"subnet-id")}
+	dev := r.get(ctx, base+"device-number")
+	cidr := r.get(ctx, base+"subnet-ipv4-cidr-block")
+	vpcs := r.list(ctx, base+"vpc-ipv4-cidr-blocks")
+	ips := r.optionalList(ctx, base+"local-ipv4s")
+	prefixes := r.optionalList(ctx, base+"ipv4-prefix")
+	e.SecurityGroups = r.optionalList(ctx, base+"security-group-ids")
+	if r.err != nil {
+		return e, r.err
+	}
+	var err error
+	if e.DeviceNumber, err = strconv.Atoi(dev); err != nil || e.DeviceNumber < 0 {
+		return e, fmt.Errorf("%w: %s device-number %q", ErrIMDS, mac, dev)
+	}
+	if e.SubnetCIDR, err = netip.ParsePrefix(cidr); err != nil {
+		return e, fmt.Errorf("%w: %s subnet-ipv4-cidr-block: %v", ErrIMDS, mac, err)
+	}
+	for _, v := range vpcs {
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			return e, fmt.Errorf("%w: %s vpc-ipv4-cidr-blocks: %v", ErrIMDS, mac, err)
+		}
+		e.VPCCIDRs = append(e.VPCCIDRs, p)
+	}
+	if len(ips) == 0 {
+		return e, fmt.Errorf("%w: %s has no local-ipv4s (no primary address)", ErrIMDS, mac)
+	}
+	for i, v := range ips {
+		a, err := netip.ParseAddr(v)
+		if err != nil || !a.Is4() {
+			return e, fmt.Errorf("%w: %s local-ipv4s entry %q", ErrIMDS, mac, v)
+		}
+		if i == 0 {
+			e.PrimaryIP = a
+		} else {
+			e.Secondary = append(e.Secondary, a)
+		}
+	}
+	for _, v := range prefixes {
+		p, err := netip.ParsePrefix(v)
+		if err != nil || !p.Addr().Is4() {
+			return e, fmt.Errorf("%w: %s ipv4-prefix entry %q", ErrIMDS, mac, v)
+		}
+		e.Prefixes = append(e.Prefixes, p.Masked())
+	}
+	return e, nil
+}
+
+// reader collects the first error of a series of IMDS reads.
+type reader struct {
+	md  Metadata
+	err error
+}
+
+func (r *reader) get(ctx context.Context, path string) string {
+	s, err := r.fetch(ctx, path)
+	if err != nil && r.err == nil {
+		r.err = err
+	}
+	return s
+}
+
+func (r *reader) list(ctx context.Context, path string) []string {
+	return splitLines(r.get(ctx, path))
+}
+
+// optionalList reads a list that IMDS leaves out (404) when it is empty,
+// like local-ipv4s of a new ENI or ipv4-prefix without prefixes.
+func (r *reader) optionalList(ctx context.Context, path string) []string {
+	s, err := r.fetch(ctx, path)
+	if isNotFound(err) {
+		return nil
+	}
+	if err != nil && r.err == nil {
+		r.err = err
+	}
+	return splitLines(s)
+}
+
+func (r *reader) fetch(ctx context.Context, path string) (string, error) {
+	if r.err != nil {
+		return "", r.err
+	}
+	out, err := r.md.GetMetadata(ctx, &imds.GetMetadataInput{Path: path})
+	if err != nil {
+		return "", fmt.Errorf("%w: read %s: %w", ErrIMDS, path, err)
+	}
+	defer out.Content.Close()
+	b, err := io.ReadAll(io.LimitReader(out.Content, 1<<20))
+	if err != nil {
+		return "", fmt.Errorf("%w: read %s: %w", ErrIMDS, path, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+func isNotFound(err error) bool {
+	var re *smithyhttp.ResponseError
+	return errors.As(err, &re) && re.HTTPStatusCode() == http.StatusNotFound
+}
+
+func splitLines(s string) []string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}

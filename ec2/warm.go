@@ -1,0 +1,323 @@
+package ec2
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+
+	"github.com/eni-cni/eni-cni/alloc"
+)
+
+// API is the part of the EC2 client `warm` uses.
+type API interface {
+	DescribeInstanceTypes(context.Context, *ec2.DescribeInstanceTypesInput, ...func(*ec2.Options)) (*ec2.DescribeInstanceTypesOutput, error)
+	DescribeSubnets(context.Context, *ec2.DescribeSubnetsInput, ...func(*ec2.Options)) (*ec2.DescribeSubnetsOutput, error)
+	AssignPrivateIpAddresses(context.Context, *ec2.AssignPrivateIpAddressesInput, ...func(*ec2.Options)) (*ec2.AssignPrivateIpAddressesOutput, error)
+	UnassignPrivateIpAddresses(context.Context, *ec2.UnassignPrivateIpAddressesInput, ...func(*ec2.Options)) (*ec2.UnassignPrivateIpAddressesOutput, error)
+	CreateNetworkInterface(context.Context, *ec2.CreateNetworkInterfaceInput, ...func(*ec2.Options)) (*ec2.CreateNetworkInterfaceOutput, error)
+	AttachNetworkInterface(context.Context, *ec2.AttachNetworkInterfaceInput, ...func(*ec2.Options)) (*ec2.AttachNetworkInterfaceOutput, error)
+	ModifyNetworkInterfaceAttribute(context.Context, *ec2.ModifyNetworkInterfaceAttributeInput, ...func(*ec2.Options)) (*ec2.ModifyNetworkInterfaceAttributeOutput, error)
+	DeleteNetworkInterface(context.Context, *ec2.DeleteNetworkInterfaceInput, ...func(*ec2.Options)) (*ec2.DeleteNetworkInterfaceOutput, error)
+}
+
+// HostENI prepares the node side of a secondary ENI: link up with the MTU
+// and its route table. It must be idempotent.
+type HostENI interface {
+	SetupENI(ctx context.Context, e ENIState) error
+}
+
+// WarmConfig is the pool policy.
+type WarmConfig struct {
+	WarmIPTarget     int // free addresses to keep ready
+	MinimumIPTarget  int // addresses to keep in the pool whatever the use
+	MaxENIs          int // 0: the instance type's limit
+	PrefixDelegation bool
+	SubnetID         string   // for new ENIs; default the primary ENI's
+	SecurityGroupIDs []string // for new ENIs; default the primary ENI's
+	Tags             map[string]string
+	// TrimAfter is how long an address stays in the pool before it may be
+	// given back, so a burst of pods does not make warm flap.
+	TrimAfter time.Duration
+}
+
+// Warmer runs one `eni-cni warm` pass.
+type Warmer struct {
+	Mgr  *alloc.Manager
+	API  API
+	MD   Metadata
+	Host HostENI
+	Cfg  WarmConfig
+	Out  io.Writer
+	Now  func() time.Time
+}
+
+func (w *Warmer) now() time.Time {
+	if w.Now != nil {
+		return w.Now()
+	}
+	return time.Now()
+}
+
+func (w *Warmer) say(format string, args ...any) {
+	if w.Out != nil {
+		fmt.Fprintf(w.Out, "warm: "+format+"\n", args...)
+	}
+}
+
+// view is a snapshot of the store taken under the lock.
+type view struct {
+	st     *alloc.State
+	src    *SourceState
+	counts alloc.Counts
+}
+
+func (w *Warmer) snapshot(ctx context.Context) (*view, error) {
+	var v view
+	err := w.Mgr.Update(ctx, func(st *alloc.State) (bool, error) {
+		src, err := LoadSource(st)
+		if err != nil {
+			return false, err
+		}
+		v = view{st: st, src: src, counts: w.Mgr.Counts(st)}
+		return false, nil
+	})
+	return &v, err
+}
+
+// update applies fn to the current state and source under the lock.
+func (w *Warmer) update(ctx context.Context, fn func(*alloc.State, *SourceState) error) error {
+	return w.Mgr.Update(ctx, func(st *alloc.State) (bool, error) {
+		src, err := LoadSource(st)
+		if err != nil {
+			return false, err
+		}
+		if err := fn(st, src); err != nil {
+			return false, err
+		}
+		return true, SaveSource(st, src)
+	})
+}
+
+// Run tops the pool up to the targets, or trims it back, and returns. The
+// lock is held only around state I/O, never across an EC2 or IMDS call.
+func (w *Warmer) Run(ctx context.Context) error {
+	v, err := w.snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	if v.src.InstanceID == "" || len(v.src.ENIs) == 0 {
+		if err := w.discover(ctx); err != nil {
+			return err
+		}
+	}
+	if v.src.Limits == nil {
+		if err := w.fetchLimits(ctx); err != nil {
+			return err
+		}
+	}
+	if err := w.fill(ctx); err != nil {
+		return err
+	}
+	return w.trim(ctx)
+}
+
+// Refresh reads IMDS and merges what it lists into the store.
+func Refresh(ctx context.Context, mgr *alloc.Manager, md Metadata, now time.Time) (*Instance, int, error) {
+	inst, err := Discover(ctx, md)
+	if err != nil {
+		return nil, 0, err
+	}
+	added := 0
+	err = mgr.Update(ctx, func(st *alloc.State) (bool, error) {
+		src, err := LoadSource(st)
+		if err != nil {
+			return false, err
+		}
+		added = Merge(st, src, inst, now)
+		return true, SaveSource(st, src)
+	})
+	return inst, added, err
+}
+
+func (w *Warmer) discover(ctx context.Context) error {
+	inst, added, err := Refresh(ctx, w.Mgr, w.MD, w.now())
+	if err != nil {
+		return err
+	}
+	w.say("discovered %s (%s) with %d ENIs; %d addresses added to the pool", inst.ID, inst.Type, len(inst.ENIs), added)
+	return nil
+}
+
+func (w *Warmer) fetchLimits(ctx context.Context) error {
+	v, err := w.snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	out, err := w.API.DescribeInstanceTypes(ctx, &ec2.DescribeInstanceTypesInput{
+		InstanceTypes: []types.InstanceType{types.InstanceType(v.src.InstanceType)},
+	})
+	if err != nil {
+		return fmt.Errorf("describe instance type %s: %w", v.src.InstanceType, err)
+	}
+	if len(out.InstanceTypes) != 1 || out.InstanceTypes[0].NetworkInfo == nil {
+		return fmt.Errorf("describe instance type %s: no network info in the reply", v.src.InstanceType)
+	}
+	ni := out.InstanceTypes[0].NetworkInfo
+	lim := &Limits{MaxENIs: int(aws.ToInt32(ni.MaximumNetworkInterfaces)), IPv4PerENI: int(aws.ToInt32(ni.Ipv4AddressesPerInterface))}
+	if lim.MaxENIs < 1 || lim.IPv4PerENI < 2 {
+		return fmt.Errorf("describe instance type %s: implausible limits %+v", v.src.InstanceType, *lim)
+	}
+	w.say("limits of %s: %d ENIs, %d IPv4 addresses each", v.src.InstanceType, lim.MaxENIs, lim.IPv4PerENI)
+	return w.update(ctx, func(_ *alloc.State, src *SourceState) error {
+		src.Limits = lim
+		return nil
+	})
+}
+
+// need is how many addresses the pool lacks.
+func (w *Warmer) need(c alloc.Counts) int {
+	return max(w.Cfg.WarmIPTarget-c.Free, w.Cfg.MinimumIPTarget-c.Total, 0)
+}
+
+// fill assigns addresses until the targets are met or the instance is full.
+func (w *Warmer) fill(ctx context.Context) error {
+	for range 32 { // each round adds addresses or an ENI; bounded for safety
+		v, err := w.snapshot(ctx)
+		if err != nil {
+			return err
+		}
+		need := w.need(v.counts)
+		if need == 0 {
+			return nil
+		}
+		if e, room := w.roomyENI(v.src); room > 0 {
+			if err := w.assign(ctx, e, need, room); err != nil {
+				return err
+			}
+			continue
+		}
+		if !w.canCreate(v.src) {
+			w.say("pool short by %d addresses: all %d ENIs are full (limit %d)", need, len(v.src.ENIs), w.maxENIs(v.src))
+			return nil
+		}
+		if err := w.createENI(ctx, v.src, need); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// slots is how many secondary addresses or prefixes one ENI takes.
+func slots(src *SourceState) int { return src.Limits.IPv4PerENI - 1 }
+
+// roomyENI returns the lowest-numbered ENI with free slots and how many.
+func (w *Warmer) roomyENI(src *SourceState) (ENIState, int) {
+	for _, e := range src.ENIs {
+		if room := slots(src) - e.Secondary - len(e.Prefixes); room > 0 {
+			return e, room
+		}
+	}
+	return ENIState{}, 0
+}
+
+func (w *Warmer) maxENIs(src *SourceState) int {
+	if w.Cfg.MaxENIs > 0 {
+		return min(w.Cfg.MaxENIs, src.Limits.MaxENIs)
+	}
+	return src.Limits.MaxENIs
+}
+
+func (w *Warmer) canCreate(src *SourceState) bool { return len(src.ENIs) < w.maxENIs(src) }
+
+// assign asks EC2 for addresses (or /28 prefixes) on e and records exactly
+// what the reply says was assigned.
+func (w *Warmer) assign(ctx context.Context, e ENIState, need, room int) error {
+	in := &ec2.AssignPrivateIpAddressesInput{NetworkInterfaceId: aws.String(e.ID)}
+	if w.Cfg.PrefixDelegation {
+		in.Ipv4PrefixCount = aws.Int32(int32(min((need+15)/16, room)))
+	} else {
+		in.SecondaryPrivateIpAddressCount = aws.Int32(int32(min(need, room)))
+	}
+	out, err := w.API.AssignPrivateIpAddresses(ctx, in)
+	if err != nil {
+		return fmt.Errorf("assign addresses to %s: %w", e.ID, err)
+	}
+	var ips []netip.Addr
+	for _, a := range out.AssignedPrivateIpAddresses {
+		if ip, err := netip.ParseAddr(aws.ToString(a.PrivateIpAddress)); err == nil {
+			ips = append(ips, ip)
+		}
+	}
+	var prefixes []netip.Prefix
+	for _, p := range out.AssignedIpv4Prefixes {
+		if pfx, err := netip.ParsePrefix(aws.ToString(p.Ipv4Prefix)); err == nil {
+			prefixes = append(prefixes, pfx)
+		}
+	}
+	n, err := w.record(ctx, e.ID, ips, prefixes)
+	if err == nil {
+		w.say("assigned %d addresses to %s (%s)", n, e.ID, describe(ips, prefixes))
+	}
+	return err
+}
+
+// record adds addresses EC2 reported as assigned to eniID.
+func (w *Warmer) record(ctx context.Context, eniID string, ips []netip.Addr, prefixes []netip.Prefix) (int, error) {
+	added := 0
+	err := w.update(ctx, func(st *alloc.State, src *SourceState) error {
+		i := slices.IndexFunc(src.ENIs, func(e ENIState) bool { return e.ID == eniID })
+		if i < 0 {
+			return fmt.Errorf("record addresses of %s: ENI not in the store", eniID)
+		}
+		src.ENIs[i].Secondary += len(ips)
+		all := slices.Clone(ips)
+		for _, p := range prefixes {
+			if !slices.Contains(src.ENIs[i].Prefixes, p.Masked()) {
+				src.ENIs[i].Prefixes = append(src.ENIs[i].Prefixes, p.Masked())
+			}
+			all = append(all, expand(p)...)
+		}
+		added = addToPool(st, eniID, all, w.now())
+		return nil
+	})
+	return added, err
+}
+
+func addToPool(st *alloc.State, eniID string, ips []netip.Addr, now time.Time) int {
+	have := make(map[netip.Addr]bool, len(st.Pool))
+	for _, p := range st.Pool {
+		have[p.IP] = true
+	}
+	n := 0
+	for _, ip := range ips {
+		if !have[ip] {
+			st.Pool = append(st.Pool, alloc.PoolAddr{IP: ip, ENI: eniID, AddedAt: now.UTC()})
+			have[ip] = true
+			n++
+		}
+	}
+	sortPool(st)
+	return n
+}
+
+func describe(ips []netip.Addr, prefixes []netip.Prefix) string {
+	var parts []string
+	for _, p := range prefixes {
+		parts = append(parts, p.String())
+	}
+	for _, ip := range ips {
+		parts = append(parts, ip.String())
+	}
+	if len(parts) > 6 {
+		return strings.Join(parts[:6], " ") + fmt.Sprintf(" and %d more", len(parts)-6)
+	}
+	return strings.Join(parts, " ")
+}

@@ -1,0 +1,283 @@
+#!/usr/bin/env bash
+# Installs what the eni-cni test suites need, offline except for Debian apt
+# and the Go module proxy. Idempotent: anything already present at the right
+# version is skipped. Quiet unless something fails; prints one line per thing
+# it installs, with how long it took.
+#
+# Usage: scripts/install-test-deps.sh [--with-containerd2] [--tools DIR] [--no-apt] [-v]
+#
+#   --with-containerd2  also build containerd v2 (containerd, ctr,
+#                       containerd-shim-runc-v2) into $TOOLS/containerd2/bin
+#                       (same as ENI_CNI_CONTAINERD2=1)
+#   --tools DIR         tools root (same as ENI_CNI_TOOLS; default /opt/eni-cni-test)
+#   --no-apt            do not check or install Debian packages (ENI_CNI_SKIP_APT=1)
+#   -v, --verbose       show build output as it happens
+# Env: ENI_CNI_TOOLS, ENI_CNI_CONTAINERD2=1, ENI_CNI_SKIP_APT=1 (as above);
+#   ENI_CNI_FORCE_WRAPPER=1 builds Go tools through a throwaway wrapper module
+#   (go get mod@version + go build -mod=mod) without trying "go install" first.
+#
+# Result (TOOLS=${ENI_CNI_TOOLS:-/opt/eni-cni-test}):
+#   $TOOLS/bin/{ptp,host-local,loopback,portmap}   reference CNI plugins (static)
+#   $TOOLS/bin/cnitool                             CNI CLI
+#   $TOOLS/bin/crictl                              CRI CLI v1.30.0
+#   $TOOLS/pause.tar                               docker-archive, tag localhost/eni-cni/pause:test
+#   $TOOLS/containerd2/bin/...                     with --with-containerd2
+# plus apt: iproute2 iptables iputils-ping jq containerd runc time.
+set -euo pipefail
+
+PLUGINS_MOD=github.com/containernetworking/plugins
+PLUGINS_VER=v1.9.1
+CNI_MOD=github.com/containernetworking/cni
+CNI_VER=v1.3.1
+CRITOOLS_MOD=sigs.k8s.io/cri-tools
+CRITOOLS_VER=v1.30.0
+K8S_STAGING_VER=v0.30.0
+CONTAINERD2_MOD=github.com/containerd/containerd/v2
+CONTAINERD2_VER=v2.4.2
+PAUSE_TAG=localhost/eni-cni/pause:test
+APT_PACKAGES=(iproute2 iptables iputils-ping jq containerd runc time)
+
+TOOLS=${ENI_CNI_TOOLS:-/opt/eni-cni-test}
+WITH_CONTAINERD2=${ENI_CNI_CONTAINERD2:-0}
+SKIP_APT=${ENI_CNI_SKIP_APT:-0}
+VERBOSE=0
+
+usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
+
+while [ $# -gt 0 ]; do
+	case $1 in
+	--with-containerd2) WITH_CONTAINERD2=1 ;;
+	--tools) TOOLS=$2; shift ;;
+	--tools=*) TOOLS=${1#--tools=} ;;
+	--no-apt) SKIP_APT=1 ;;
+	-v | --verbose) VERBOSE=1 ;;
+	-h | --help) usage; exit 0 ;;
+	*) echo "install-test-deps: unknown argument: $1" >&2; usage >&2; exit 2 ;;
+	esac
+	shift
+done
+
+case $TOOLS in /*) ;; *) TOOLS=$PWD/$TOOLS ;; esac
+BIN=$TOOLS/bin
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+mkdir -p "$BIN"
+# One installer at a time per tools dir (test suites may call us in parallel).
+exec 9>"$TOOLS/.install.lock"
+flock 9
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/eni-cni-deps.XXXXXX")
+trap 'chmod -R u+w "$WORK" 2>/dev/null; rm -rf "$WORK"' EXIT
+LOG=$WORK/step.log
+
+# run_step LABEL CMD...: run CMD with its output in a log (shown on failure,
+# or live with -v) and print "installed LABEL in N.Ns".
+run_step() {
+	local label=$1 start end rc=0
+	shift
+	start=$EPOCHREALTIME
+	# In the background, not in an "||" list, so that set -e holds inside.
+	if [ "$VERBOSE" = 1 ]; then
+		"$@" > >(tee "$LOG" >&2) 2>&1 &
+	else
+		"$@" >"$LOG" 2>&1 &
+	fi
+	wait $! || rc=$?
+	end=$EPOCHREALTIME
+	if [ "$rc" != 0 ]; then
+		echo "install-test-deps: FAILED: $label (exit $rc); last output:" >&2
+		tail -n 40 "$LOG" >&2
+		exit "$rc"
+	fi
+	awk -v l="$label" -v s="$start" -v e="$end" 'BEGIN { printf "installed %s in %.1fs\n", l, e - s }'
+}
+
+# has_go_mod BIN MOD VER: BIN exists and was built from MOD at VER (as the
+# main module or as a dependency of a wrapper module).
+has_go_mod() {
+	[ -x "$1" ] || return 1
+	go version -m "$1" 2>/dev/null | awk -v m="$2" -v v="$3" '
+		($1 == "mod" || $1 == "dep") && $2 == m && $3 == v { ok = 1 }
+		END { exit !ok }'
+}
+
+# go_build_tools MOD VER OUTDIR PKG...: build packages of MOD@VER into OUTDIR.
+# Tries "go install pkg@ver" first; if the proxy refuses what that needs
+# (e.g. "loading deprecation"), builds from a throwaway wrapper module.
+go_build_tools() {
+	local mod=$1 ver=$2 out=$3 pkg w
+	shift 3
+	local args=()
+	for pkg in "$@"; do args+=("$pkg@$ver"); done
+	if [ "${ENI_CNI_FORCE_WRAPPER:-0}" != 1 ] && GOBIN=$out go install "${GOINSTALL_FLAGS[@]}" "${args[@]}"; then
+		return 0
+	fi
+	echo "building $mod@$ver through a wrapper module" >&2
+	w=$WORK/wrap-${mod//\//_}
+	rm -rf "$w" && mkdir -p "$w"
+	(
+		cd "$w"
+		go mod init eni-cni-test-tools-wrapper
+		go get "$mod@$ver"
+		for pkg in "$@"; do
+			go build -mod=mod "${GOINSTALL_FLAGS[@]}" -o "$out/${pkg##*/}" "$pkg"
+		done
+	)
+}
+
+go_build_static() {
+	export CGO_ENABLED=0
+	go_build_tools "$@"
+}
+
+# ---------------------------------------------------------------- apt
+install_apt() {
+	local missing=() p
+	for p in "${APT_PACKAGES[@]}"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+	done
+	[ ${#missing[@]} -eq 0 ] && return 0
+	do_apt() {
+		export DEBIAN_FRONTEND=noninteractive
+		if ! apt-get install -y --no-install-recommends "${missing[@]}"; then
+			apt-get update
+			apt-get install -y --no-install-recommends "${missing[@]}"
+		fi
+	}
+	# Install straight away if the package lists know the packages, else
+	# update first (a fresh machine has empty lists).
+	do_apt_update_first() {
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get update
+		apt-get install -y --no-install-recommends "${missing[@]}"
+	}
+	if apt-cache show "${missing[@]}" >/dev/null 2>&1; then
+		run_step "apt: ${missing[*]}" do_apt
+	else
+		run_step "apt: ${missing[*]}" do_apt_update_first
+	fi
+}
+
+# ---------------------------------------------------------------- CNI
+install_plugins() {
+	local need=0 p
+	for p in ptp host-local loopback portmap; do
+		has_go_mod "$BIN/$p" "$PLUGINS_MOD" "$PLUGINS_VER" || need=1
+	done
+	[ $need = 1 ] || return 0
+	run_step "CNI plugins ptp host-local loopback portmap $PLUGINS_VER -> $BIN" \
+		go_build_static "$PLUGINS_MOD" "$PLUGINS_VER" "$BIN" \
+		"$PLUGINS_MOD/plugins/main/ptp" "$PLUGINS_MOD/plugins/ipam/host-local" \
+		"$PLUGINS_MOD/plugins/main/loopback" "$PLUGINS_MOD/plugins/meta/portmap"
+}
+
+install_cnitool() {
+	has_go_mod "$BIN/cnitool" "$CNI_MOD" "$CNI_VER" && return 0
+	run_step "cnitool $CNI_VER -> $BIN" \
+		go_build_static "$CNI_MOD" "$CNI_VER" "$BIN" "$CNI_MOD/cnitool"
+}
+
+# ---------------------------------------------------------------- crictl
+build_crictl() {
+	local src dst=$WORK/cri-tools k
+	src=$(go mod download -json "$CRITOOLS_MOD@$CRITOOLS_VER" | jq -r '.Dir // empty')
+	if [ -z "$src" ] || [ ! -d "$src" ]; then echo "go mod download $CRITOOLS_MOD@$CRITOOLS_VER gave no Dir" >&2; return 1; fi
+	cp -r "$src" "$dst"
+	chmod -R u+w "$dst"
+	rm -rf "$dst/vendor"
+	# k8s.io/<x> => k8s.io/kubernetes/staging/src/k8s.io/<x> v0.0.0-... : the
+	# staging paths are not modules on the proxy; use the published k8s.io/<x>.
+	sed -i -E "s#=> k8s\.io/kubernetes/staging/src/k8s\.io/([^ ]+) v[^ ]+#=> k8s.io/\1 $K8S_STAGING_VER#" "$dst/go.mod"
+	if grep -q 'staging/src' "$dst/go.mod"; then
+		echo "unrewritten staging replace in cri-tools go.mod:" >&2
+		grep 'staging/src' "$dst/go.mod" >&2
+		return 1
+	fi
+	k=$(awk '$1 == "module" { print $2 }' "$dst/go.mod")
+	(cd "$dst" && CGO_ENABLED=0 go build -mod=mod -trimpath \
+		-ldflags "-s -w -X $k/pkg/version.Version=$CRITOOLS_VER" \
+		-o "$WORK/crictl" ./cmd/crictl)
+	"$WORK/crictl" --version
+	install -m 0755 "$WORK/crictl" "$BIN/crictl"
+}
+
+install_crictl() {
+	if [ -x "$BIN/crictl" ] && "$BIN/crictl" --version 2>/dev/null | grep -qw "$CRITOOLS_VER"; then
+		return 0
+	fi
+	run_step "crictl $CRITOOLS_VER -> $BIN" build_crictl
+}
+
+# ---------------------------------------------------------------- pause image
+# The stamp names everything the image depends on; same stamp = same image.
+pause_stamp() {
+	{ sha256sum "$REPO/scripts/pause/main.go" | cut -d' ' -f1; go env GOVERSION GOARCH; echo "$PAUSE_TAG"; } | sha256sum | cut -d' ' -f1
+}
+
+build_pause_image() {
+	local w=$WORK/pause arch layer_sha config_sha
+	mkdir -p "$w/mod" "$w/rootfs" "$w/img"
+	# Own throwaway module: independent of the repo's go.mod, which others edit.
+	cp "$REPO/scripts/pause/main.go" "$w/mod/main.go"
+	(cd "$w/mod" && go mod init eni-cni-test-pause >/dev/null 2>&1 &&
+		CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$w/rootfs/pause" .)
+	chmod 0755 "$w/rootfs/pause"
+	arch=$(go env GOARCH)
+	# Reproducible layer: fixed order, owner and times.
+	tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 --format=posix \
+		--pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime \
+		-C "$w/rootfs" -cf "$w/layer.tar" pause
+	layer_sha=$(sha256sum "$w/layer.tar" | cut -d' ' -f1)
+	mkdir -p "$w/img/$layer_sha"
+	mv "$w/layer.tar" "$w/img/$layer_sha/layer.tar"
+	jq -cn --arg arch "$arch" --arg diff "sha256:$layer_sha" '{
+		architecture: $arch, os: "linux", created: "1970-01-01T00:00:00Z",
+		config: { Entrypoint: ["/pause"], WorkingDir: "/" },
+		rootfs: { type: "layers", diff_ids: [$diff] },
+		history: [ { created: "1970-01-01T00:00:00Z", created_by: "eni-cni scripts/install-test-deps.sh" } ]
+	}' >"$w/config.json"
+	config_sha=$(sha256sum "$w/config.json" | cut -d' ' -f1)
+	mv "$w/config.json" "$w/img/$config_sha.json"
+	jq -cn --arg cfg "$config_sha.json" --arg tag "$PAUSE_TAG" --arg layer "$layer_sha/layer.tar" \
+		'[ { Config: $cfg, RepoTags: [$tag], Layers: [$layer] } ]' >"$w/img/manifest.json"
+	tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 \
+		-C "$w/img" -cf "$w/pause.tar" .
+	mv "$w/pause.tar" "$TOOLS/pause.tar.new"
+	mv "$TOOLS/pause.tar.new" "$TOOLS/pause.tar"
+	pause_stamp >"$TOOLS/pause.stamp"
+}
+
+install_pause() {
+	if [ -s "$TOOLS/pause.tar" ] && [ "$(cat "$TOOLS/pause.stamp" 2>/dev/null)" = "$(pause_stamp)" ]; then
+		return 0
+	fi
+	run_step "pause image $PAUSE_TAG -> $TOOLS/pause.tar" build_pause_image
+}
+
+# ---------------------------------------------------------------- containerd v2
+install_containerd2() {
+	local out=$TOOLS/containerd2/bin need=0 b
+	for b in containerd ctr containerd-shim-runc-v2; do
+		has_go_mod "$out/$b" "$CONTAINERD2_MOD" "$CONTAINERD2_VER" || need=1
+	done
+	[ $need = 1 ] || return 0
+	mkdir -p "$out"
+	local saved=("${GOINSTALL_FLAGS[@]}")
+	GOINSTALL_FLAGS=(-tags no_btrfs "${saved[@]}")
+	run_step "containerd $CONTAINERD2_VER (containerd ctr containerd-shim-runc-v2) -> $out" \
+		go_build_tools "$CONTAINERD2_MOD" "$CONTAINERD2_VER" "$out" \
+		"$CONTAINERD2_MOD/cmd/containerd" "$CONTAINERD2_MOD/cmd/ctr" \
+		"$CONTAINERD2_MOD/cmd/containerd-shim-runc-v2"
+	GOINSTALL_FLAGS=("${saved[@]}")
+}
+
+GOINSTALL_FLAGS=(-trimpath -ldflags=-s\ -w)
+
+command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
+command -v go >/dev/null || { echo "install-test-deps: go not found in PATH" >&2; exit 1; }
+[ "$SKIP_APT" = 1 ] || install_apt
+install_plugins
+install_cnitool
+install_crictl
+install_pause
+case $WITH_CONTAINERD2 in 1 | true | yes) install_containerd2 ;; esac
