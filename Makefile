@@ -17,7 +17,7 @@ demo: build
 	bash scripts/demo.sh $(BIN)
 
 deps:
-	bash scripts/install-test-deps.sh
+	bash scripts/install-test-deps.sh --with-containerd2
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi

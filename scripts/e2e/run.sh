@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# End-to-end suite: a real containerd + runc + crictl driving the installed
+# eni-cni binary, on a socket, conf dir and state of its own.
+#
+#   1. containerd 1.6 (Debian), conflist cniVersion 1.0.0, static pool:
+#      runp pods get distinct pool addresses and ping each other; stopp/rmp
+#      free them; a sandbox whose DEL never reached the plugin is freed by
+#      `eni-cni gc` once past the grace and not before; pods created while gc
+#      runs in a loop keep their addresses; gc with a wrong socket changes
+#      nothing.
+#   2. containerd v2 (built by install-test-deps.sh --with-containerd2),
+#      conflist cniVersion 1.1.0: STATUS reaches the runtime (NetworkReady
+#      false with our message while the store is unreadable, true otherwise).
+#
+# Usage: scripts/e2e/run.sh /abs/path/to/eni-cni   (root; after install-test-deps.sh)
+# E2E_SUITES="1 2" selects suites.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$here/lib.sh"
+
+ENI_BIN=$(realpath "${1:?usage: run.sh /path/to/eni-cni}")
+SUITES=${E2E_SUITES:-1 2}
+POOL=10.99.0.0/24
+
+say() { printf 'e2e-eni: %s\n' "$*"; }
+fail() {
+	say "FAIL: $*" >&2
+	[ -n "${E2E_RUN:-}" ] && [ -f "$E2E_RUN/logs/eni-cni.log" ] && tail -20 "$E2E_RUN/logs/eni-cni.log" >&2
+	exit 1
+}
+
+# setup_run VERSION: a run dir with eni-cni behind a wrapper that can be told
+# to swallow DEL (to make "DEL never came" happen for real), and a conflist.
+setup_run() {
+	local version=$1
+	e2e_init
+	trap 'e2e_cleanup' EXIT
+	install -m 0755 "$ENI_BIN" "$E2E_RUN/eni-cni.real"
+	cat >"$E2E_RUN/eni-cni" <<EOF
+#!/bin/sh
+# Test wrapper: with $E2E_RUN/drop-del present, DEL succeeds without reaching eni-cni.
+if [ "\$CNI_COMMAND" = DEL ] && [ -e "$E2E_RUN/drop-del" ]; then exit 0; fi
+exec "$E2E_RUN/eni-cni.real" "\$@"
+EOF
+	chmod 0755 "$E2E_RUN/eni-cni"
+	e2e_install_cni_plugins "$E2E_RUN/eni-cni"
+	e2e_write_conflist 10-pods.conflist <<EOF
+{
+  "cniVersion": "$version",
+  "name": "e2e-pods",
+  "plugins": [
+    { "type": "eni-cni",
+      "stateDir": "@RUN@/eni-state",
+      "logFile": "@RUN@/logs/eni-cni.log",
+      "gcGraceSeconds": 5,
+      "mtu": 1500,
+      "pool": { "source": "static", "ranges": ["$POOL"] } }
+  ]
+}
+EOF
+	CONF="$E2E_CNI_CONF_DIR/10-pods.conflist"
+}
+
+eni() { "$E2E_RUN/eni-cni.real" "$@"; }
+allocations() { eni list --config "$CONF" --json | jq -r '.allocations[] | "\(.containerID) \(.ip)"'; }
+ip_of() { eni list --config "$CONF" --json | jq -r --arg c "$1" '.allocations[] | select(.containerID == $c) | .ip'; }
+counts() { eni list --config "$CONF" --json | jq -c .pool; }
+gc() { eni gc --config "$CONF" --cri-endpoint "$E2E_ENDPOINT" "$@"; }
+
+suite_containerd16() {
+	E2E_CONTAINERD=1 setup_run 1.0.0
+	e2e_start_containerd
+	say "containerd 1.6 up in ${E2E_TIME_UP}s"
+
+	local ids=() ips=() t
+	for i in 0 1 2; do
+		t=$EPOCHREALTIME
+		ids+=("$(e2e_runp "web-$i" e2e "uid-web-$i")")
+		ips+=("$(e2e_pod_ip "${ids[i]}")")
+		say "runp web-$i $(e2e_since "$t")s ip ${ips[i]}"
+		[ "$(ip_of "${ids[i]}")" = "${ips[i]}" ] || fail "store does not record ${ips[i]} for ${ids[i]}"
+		case ${ips[i]} in 10.99.0.*) ;; *) fail "ip ${ips[i]} not from the pool" ;; esac
+	done
+	[ "$(printf '%s\n' "${ips[@]}" | sort -u | wc -l)" = 3 ] || fail "duplicate addresses ${ips[*]}"
+	eni list --config "$CONF" --json | jq -e '.allocations[] | select(.podName == "web-0" and .podNamespace == "e2e" and .podUID == "uid-web-0")' >/dev/null ||
+		fail "pod metadata not recorded"
+	for i in 0 1 2; do
+		j=$(((i + 1) % 3))
+		e2e_netns_exec "${ids[i]}" ping -c1 -W2 -q "${ips[j]}" >/dev/null || fail "ping ${ips[i]} -> ${ips[j]}"
+	done
+	say "3 pods ping each other"
+
+	e2e_stopp "${ids[0]}"
+	e2e_rmp "${ids[0]}"
+	[ -z "$(ip_of "${ids[0]}")" ] || fail "stopp/rmp did not free ${ips[0]}"
+	counts | jq -e '.cooling == 1 and .allocated == 2' >/dev/null || fail "counts after rmp: $(counts)"
+	ip -4 rule | grep -q "to ${ips[0]} " && fail "rule for ${ips[0]} left after rmp"
+	say "stopp+rmp freed ${ips[0]} into cooldown"
+
+	# A sandbox whose DEL never reaches the plugin.
+	touch "$E2E_RUN/drop-del"
+	e2e_stopp "${ids[1]}"
+	e2e_rmp "${ids[1]}"
+	rm "$E2E_RUN/drop-del"
+	[ "$(ip_of "${ids[1]}")" = "${ips[1]}" ] || fail "the dropped DEL freed ${ips[1]} anyway"
+	local before after
+	before=$(sha256sum <"$E2E_RUN/eni-state/state.json")
+	if gc --cri-endpoint unix:///nonexistent/cri.sock >"$E2E_RUN/logs/gc-wrong.out" 2>&1; then
+		fail "gc with a wrong socket exited 0"
+	fi
+	after=$(sha256sum <"$E2E_RUN/eni-state/state.json")
+	[ "$before" = "$after" ] || fail "gc with a wrong socket changed the store"
+	say "gc with a wrong socket: $(tail -1 "$E2E_RUN/logs/gc-wrong.out")"
+	gc --grace 1h >"$E2E_RUN/logs/gc-young.out" || fail "gc (young) failed: $(cat "$E2E_RUN/logs/gc-young.out")"
+	[ "$(ip_of "${ids[1]}")" = "${ips[1]}" ] || fail "gc freed an allocation younger than the grace"
+	grep -q "kept 1 young" "$E2E_RUN/logs/gc-young.out" || fail "gc output: $(cat "$E2E_RUN/logs/gc-young.out")"
+	say "gc before the grace keeps it: $(tail -1 "$E2E_RUN/logs/gc-young.out")"
+	local age
+	age=$(eni list --config "$CONF" --json | jq -r --arg c "${ids[1]}" '.allocations[] | select(.containerID == $c) | .allocatedAt')
+	while [ $(($(date +%s) - $(date -d "$age" +%s))) -le 6 ]; do sleep 0.5; done
+	gc >"$E2E_RUN/logs/gc-old.out" || fail "gc failed: $(cat "$E2E_RUN/logs/gc-old.out")"
+	[ -z "$(ip_of "${ids[1]}")" ] || fail "gc did not free ${ips[1]} past the grace"
+	grep -q "freed ${ips[1]} " "$E2E_RUN/logs/gc-old.out" || fail "gc output: $(cat "$E2E_RUN/logs/gc-old.out")"
+	[ "$(ip_of "${ids[2]}")" = "${ips[2]}" ] || fail "gc freed the live pod ${ips[2]}"
+	ip -4 rule | grep -q "to ${ips[1]} " && fail "gc left the rule of ${ips[1]}"
+	say "gc past the grace: $(grep -c freed "$E2E_RUN/logs/gc-old.out") line(s), $(tail -1 "$E2E_RUN/logs/gc-old.out")"
+
+	# Pods born while gc runs in a loop keep their addresses.
+	local stop="$E2E_RUN/stop-gc-loop" loops=0
+	(while [ ! -e "$stop" ]; do gc >>"$E2E_RUN/logs/gc-loop.out" 2>&1 || true; done) &
+	local gcpid=$!
+	local born=()
+	for i in 0 1 2 3 4; do born+=("$(e2e_runp "born-$i" e2e "uid-born-$i")"); done
+	sleep 1
+	touch "$stop"
+	wait "$gcpid"
+	loops=$(grep -c '^gc: freed 0\|^gc: would' "$E2E_RUN/logs/gc-loop.out" || true)
+	for id in "${born[@]}"; do
+		local pip
+		pip=$(e2e_pod_ip "$id")
+		[ "$(ip_of "$id")" = "$pip" ] || fail "pod $id lost its address $pip to the gc loop"
+		e2e_netns_exec "$id" ping -c1 -W2 -q "${ips[2]}" >/dev/null || fail "born pod $pip cannot reach ${ips[2]}"
+	done
+	grep -q '^gc: freed [1-9]' "$E2E_RUN/logs/gc-loop.out" && fail "the gc loop freed something: $(grep '^gc: freed [1-9]' "$E2E_RUN/logs/gc-loop.out")"
+	say "5 pods created during $loops gc passes all kept their addresses"
+
+	t=$EPOCHREALTIME
+	e2e_stop
+	counts | jq -e '.allocated == 0' >/dev/null || fail "allocations left after all pods removed: $(counts)"
+	e2e_check_clean || fail "leftovers after the run"
+	left=$(ip -o link show | grep -c ' eni[0-9a-f]\{12\}' || true)
+	[ "$left" = 0 ] || fail "$left host veths left"
+	ip -4 rule | grep -q "to 10\.99\.0\." && fail "rules left: $(ip -4 rule | grep 'to 10\.99\.0\.')"
+	e2e_cleanup
+	trap - EXIT
+	say "suite 1 PASS (stop and check ${t:+$(e2e_since "$t")s})"
+}
+
+suite_containerd2_status() {
+	if [ ! -x "$E2E_TOOLS/containerd2/bin/containerd" ]; then
+		fail "containerd v2 not built: run scripts/install-test-deps.sh --with-containerd2"
+	fi
+	E2E_CONTAINERD=2 setup_run 1.1.0
+	E2E_CONTAINERD=2 e2e_start_containerd
+	say "containerd v2 up in ${E2E_TIME_UP}s"
+	ready() { e2e_crictl info -o json | jq -r '.status.conditions[] | select(.type == "NetworkReady") | "\(.status) \(.message)"'; }
+	[ "$(ready | cut -d' ' -f1)" = true ] || fail "NetworkReady not true with a good store: $(ready)"
+	local id
+	id=$(e2e_runp "v2-0" e2e "uid-v2-0")
+	[ -n "$(ip_of "$id")" ] || fail "containerd v2 pod got no address"
+	cp "$E2E_RUN/eni-state/state.json" "$E2E_RUN/state.good"
+	echo '{not json' >"$E2E_RUN/eni-state/state.json"
+	local r
+	r=$(ready)
+	case $r in "false "*state.json*) ;; *) fail "NetworkReady with an unreadable store: $r" ;; esac
+	say "unreadable store -> NetworkReady $r"
+	cp "$E2E_RUN/state.good" "$E2E_RUN/eni-state/state.json"
+	[ "$(ready | cut -d' ' -f1)" = true ] || fail "NetworkReady after repair: $(ready)"
+	say "repaired store -> NetworkReady true"
+	E2E_CONTAINERD=2 e2e_stop
+	e2e_check_clean || fail "leftovers after the v2 run"
+	E2E_CONTAINERD=2 e2e_cleanup
+	trap - EXIT
+	say "suite 2 PASS"
+}
+
+t0=$EPOCHREALTIME
+for s in $SUITES; do
+	case $s in
+	1) suite_containerd16 ;;
+	2) suite_containerd2_status ;;
+	*) fail "unknown suite $s" ;;
+	esac
+done
+say "PASS in $(e2e_since "$t0")s"
