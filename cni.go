@@ -97,7 +97,11 @@ func newPlugin(cfg *config) (*plugin, error) {
 		Store: store, Pool: cfg.Pool, BootID: bootID,
 		Cooldown: cfg.Cooldown, LockTimeout: cfg.LockTimeout,
 	}
-	return &plugin{cfg: cfg, mgr: mgr, wire: kernel{}}, nil
+	p := &plugin{cfg: cfg, mgr: mgr, wire: kernel{}, source: staticSource{cfg.Pool}}
+	if cfg.Source == sourceEC2 {
+		p.source = ec2Source{cfg: cfg, mgr: mgr}
+	}
+	return p, nil
 }
 
 func cmdAdd(args *skel.CmdArgs) error {
@@ -150,7 +154,7 @@ func cmdCheck(args *skel.CmdArgs) error {
 
 func cmdStatus(args *skel.CmdArgs) error {
 	return runVerb("STATUS", args, func(ctx context.Context, p *plugin) ([]any, error) {
-		c, err := p.status()
+		c, err := p.status(ctx)
 		return []any{"free", c.Free, "allocated", c.Allocated}, err
 	})
 }

@@ -110,7 +110,7 @@ func (p *plugin) free(ctx context.Context, c *collection, held map[alloc.Key]all
 	tornDead := map[alloc.Key]gc.Dead{}
 	for _, d := range c.Plan.Free {
 		a := held[keyOf(d.Attachment)]
-		if err := p.wire.Teardown(a.HostVeth, a.IP, p.tableFor(a.ENI)); err != nil {
+		if err := p.wire.Teardown(a.HostVeth, a.IP); err != nil {
 			// Keep the address allocated: it may still be routed to the old veth.
 			c.Errors = append(c.Errors, fmt.Errorf("tear down %s (%s): %w", a.Key, a.IP, err))
 			continue

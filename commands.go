@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/ec2"
 	"github.com/eni-cni/eni-cni/gc"
 )
 
@@ -21,6 +22,7 @@ commands:
   version                         print the version
   list   [--config F] [--json]    allocations and pool counts
   status [--config F]             whether the plugin can serve ADD
+  warm   [--config F]             one pass of EC2 top-up/trim of the pool, then exit
   gc     [--config F] [--cri-endpoint unix:///...] [--grace D] [--dry-run] [--force]
                                   free addresses of sandboxes the CRI runtime no longer lists
 
@@ -64,6 +66,8 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 		return cmdStatusCLI(rest, stdout, stderr)
 	case "gc":
 		return cmdGCCLI(rest, stdout, stderr)
+	case "warm":
+		return cmdWarmCLI(rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -179,7 +183,7 @@ func cmdStatusCLI(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", errNotReady, err)
 	}
-	c, err := p.status()
+	c, err := p.status(context.Background())
 	if err != nil {
 		return err
 	}
@@ -240,4 +244,57 @@ func listRuntime(ctx context.Context, endpoint string, timeout time.Duration) (g
 	}
 	defer client.Close()
 	return gc.QueryRuntime(ctx, client)
+}
+
+// warmTimeout bounds one warm pass, EC2 retries included: the timer starts
+// the next one anyway.
+const warmTimeout = 5 * time.Minute
+
+func cmdWarmCLI(args []string, stdout, stderr io.Writer) error {
+	f := newFlags("warm", stderr)
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	p, _, err := f.load()
+	if err != nil {
+		return err
+	}
+	if p.cfg.Source != sourceEC2 {
+		fmt.Fprintf(stdout, "warm: network %q uses a %s pool; nothing to do\n", p.cfg.Network, p.cfg.Source)
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
+	defer cancel()
+	md := ec2.NewMetadataClient(p.cfg.IMDSEndpoint)
+	w := &ec2.Warmer{Mgr: p.mgr, MD: md, Host: eniHost{mtu: p.cfg.MTU}, Cfg: p.cfg.Warm, Out: stdout}
+	region, err := regionOf(ctx, p.mgr, md)
+	if err != nil {
+		return fmt.Errorf("warm: %w", err)
+	}
+	w.API = ec2.NewAPI(p.cfg.EC2Endpoint, region, md)
+	if err := w.Run(ctx); err != nil {
+		return fmt.Errorf("warm: %w", err)
+	}
+	return nil
+}
+
+// regionOf returns the region from the store, discovering the instance
+// through IMDS first on a node that never ran warm.
+func regionOf(ctx context.Context, mgr *alloc.Manager, md ec2.Metadata) (string, error) {
+	st, _, err := mgr.Snapshot(ctx)
+	if err != nil {
+		return "", err
+	}
+	src, err := ec2.LoadSource(st)
+	if err != nil {
+		return "", err
+	}
+	if src.AZ == "" {
+		inst, _, err := ec2.Refresh(ctx, mgr, md, time.Now())
+		if err != nil {
+			return "", err
+		}
+		return inst.Region(), nil
+	}
+	return src.AZ[:len(src.AZ)-1], nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/ec2"
 )
 
 // pluginType is the `type` of our entry in a conflist.
@@ -57,11 +58,25 @@ type netConf struct {
 	HostVethPrefix     *string  `json:"hostVethPrefix"`
 	IMDSEndpoint       string   `json:"imdsEndpoint"`
 	EC2Endpoint        string   `json:"ec2Endpoint"`
+	ec2Conf
 }
 
 type poolConf struct {
 	Source string   `json:"source"`
 	Ranges []string `json:"ranges"`
+	ec2Conf
+}
+
+// ec2Conf are the ec2 source's keys. They belong in "pool"; the top level
+// is accepted too, and "pool" wins where both are given.
+type ec2Conf struct {
+	WarmIPTarget     *int              `json:"warmIPTarget"`
+	MinimumIPTarget  *int              `json:"minimumIPTarget"`
+	MaxENIs          *int              `json:"maxENIs"`
+	PrefixDelegation *bool             `json:"prefixDelegation"`
+	SubnetID         string            `json:"subnetID"`
+	SecurityGroupIDs []string          `json:"securityGroupIDs"`
+	Tags             map[string]string `json:"tags"`
 }
 
 // config is the validated, typed form of netConf that the verbs use.
@@ -79,6 +94,11 @@ type config struct {
 	VethPrefix  string
 	LogFile     string
 	LogLevel    string
+	// ec2 source
+	Warm         ec2.WarmConfig
+	IMDSEndpoint string
+	EC2Endpoint  string
+	SNAT         bool
 }
 
 // parseConfig decodes and validates the plugin's configuration.
@@ -150,7 +170,8 @@ func (c *config) parsePool() error {
 		c.Pool = ranges
 		return nil
 	case sourceEC2:
-		return fmt.Errorf("%w: pool.source %q is not available in this build yet; use \"static\"", errInvalidConfig, c.Source)
+		c.Pool = alloc.StoredPool{}
+		return c.parseEC2()
 	default:
 		return fmt.Errorf("%w: unknown pool.source %q (want %q or %q)", errInvalidConfig, c.Source, sourceEC2, sourceStatic)
 	}
@@ -168,6 +189,62 @@ func validVethPrefix(s string) bool {
 		}
 	}
 	return true
+}
+
+// Defaults of the ec2 source, as the AWS VPC CNI's.
+const (
+	defaultWarmIPTarget = 5
+	defaultTrimAfter    = 5 * time.Minute
+)
+
+func (c *config) parseEC2() error {
+	pool, top := c.conf.Pool.ec2Conf, c.conf.ec2Conf
+	w := ec2.WarmConfig{
+		WarmIPTarget:     pick(pool.WarmIPTarget, top.WarmIPTarget, defaultWarmIPTarget),
+		MinimumIPTarget:  pick(pool.MinimumIPTarget, top.MinimumIPTarget, 0),
+		MaxENIs:          pick(pool.MaxENIs, top.MaxENIs, 0),
+		PrefixDelegation: pick(pool.PrefixDelegation, top.PrefixDelegation, false),
+		SubnetID:         defaultString(pool.SubnetID, top.SubnetID),
+		SecurityGroupIDs: pool.SecurityGroupIDs,
+		Tags:             pool.Tags,
+		TrimAfter:        defaultTrimAfter,
+	}
+	if w.SecurityGroupIDs == nil {
+		w.SecurityGroupIDs = top.SecurityGroupIDs
+	}
+	if w.Tags == nil {
+		w.Tags = top.Tags
+	}
+	if w.WarmIPTarget < 0 || w.MinimumIPTarget < 0 || w.MaxENIs < 0 {
+		return fmt.Errorf("%w: warmIPTarget, minimumIPTarget and maxENIs must not be negative", errInvalidConfig)
+	}
+	if w.SubnetID != "" && !strings.HasPrefix(w.SubnetID, "subnet-") {
+		return fmt.Errorf("%w: subnetID %q is not a subnet ID (subnet-...)", errInvalidConfig, w.SubnetID)
+	}
+	for _, sg := range w.SecurityGroupIDs {
+		if !strings.HasPrefix(sg, "sg-") {
+			return fmt.Errorf("%w: securityGroupIDs entry %q is not a security group ID (sg-...)", errInvalidConfig, sg)
+		}
+	}
+	for k := range w.Tags {
+		if k == "" || strings.HasPrefix(strings.ToLower(k), "aws:") || len(w.Tags) > 40 {
+			return fmt.Errorf("%w: tag key %q (keys must be non-empty, not aws:, at most 40 tags)", errInvalidConfig, k)
+		}
+	}
+	c.Warm = w
+	c.IMDSEndpoint, c.EC2Endpoint, c.SNAT = c.conf.IMDSEndpoint, c.conf.EC2Endpoint, c.conf.SNAT
+	return nil
+}
+
+// pick returns the first value given, else def.
+func pick[T any](a, b *T, def T) T {
+	if a != nil {
+		return *a
+	}
+	if b != nil {
+		return *b
+	}
+	return def
 }
 
 func seconds(key string, v *float64, def time.Duration) (time.Duration, error) {

@@ -46,7 +46,11 @@ func TestParseConfigErrors(t *testing.T) {
 		{"wrong type", `{"name":"n","mtu":"big"}`, types.ErrDecodingFailure, "mtu"},
 		{"no name", `{` + static + `}`, types.ErrInvalidNetworkConfig, "network name"},
 		{"unknown source", `{"name":"n","pool":{"source":"gce"}}`, types.ErrInvalidNetworkConfig, `unknown pool.source "gce"`},
-		{"default ec2 not built", `{"name":"n"}`, types.ErrInvalidNetworkConfig, `"ec2"`},
+		{"negative warm target", `{"name":"n","pool":{"warmIPTarget":-1}}`, types.ErrInvalidNetworkConfig, "warmIPTarget"},
+		{"bad subnet", `{"name":"n","pool":{"source":"ec2","subnetID":"10.0.0.0/24"}}`, types.ErrInvalidNetworkConfig, "subnetID"},
+		{"bad sg", `{"name":"n","securityGroupIDs":["default"]}`, types.ErrInvalidNetworkConfig, "securityGroupIDs"},
+		{"aws tag", `{"name":"n","pool":{"tags":{"aws:x":"1"}}}`, types.ErrInvalidNetworkConfig, "tag key"},
+		{"warm target type", `{"name":"n","pool":{"warmIPTarget":"5"}}`, types.ErrDecodingFailure, "warmIPTarget"},
 		{"bad range", `{"name":"n","pool":{"source":"static","ranges":["10.0.0.300/24"]}}`, types.ErrInvalidNetworkConfig, "10.0.0.300/24"},
 		{"no ranges", `{"name":"n","pool":{"source":"static"}}`, types.ErrInvalidNetworkConfig, "no ranges"},
 		{"relative stateDir", `{"name":"n","stateDir":"var/lib",` + static + `}`, types.ErrInvalidNetworkConfig, "absolute"},
@@ -143,5 +147,26 @@ func TestShippedConflistParses(t *testing.T) {
 	}
 	if c, err := parseConfig(data); err != nil || c.Network != "pods" || c.Pool.Size(nil) != 265 {
 		t.Fatalf("%v %+v", err, c)
+	}
+}
+
+func TestParseConfigEC2(t *testing.T) {
+	c, err := parseConfig([]byte(`{"cniVersion":"1.0.0","name":"pods"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Source != "ec2" || c.Warm.WarmIPTarget != 5 || c.Warm.MinimumIPTarget != 0 || c.Warm.PrefixDelegation {
+		t.Errorf("ec2 defaults: %+v", c.Warm)
+	}
+	c, err = parseConfig([]byte(`{"name":"pods","warmIPTarget":2,"maxENIs":9,"imdsEndpoint":"http://127.0.0.1:9","snat":true,
+		"pool":{"source":"ec2","warmIPTarget":7,"minimumIPTarget":10,"prefixDelegation":true,"subnetID":"subnet-1",
+		"securityGroupIDs":["sg-1","sg-2"],"tags":{"team":"net"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := c.Warm
+	if w.WarmIPTarget != 7 || w.MinimumIPTarget != 10 || w.MaxENIs != 9 || !w.PrefixDelegation || w.SubnetID != "subnet-1" ||
+		len(w.SecurityGroupIDs) != 2 || w.Tags["team"] != "net" || c.IMDSEndpoint != "http://127.0.0.1:9" || !c.SNAT {
+		t.Errorf("ec2 keys: %+v %+v", w, c)
 	}
 }

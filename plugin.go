@@ -19,7 +19,7 @@ import (
 type wirer interface {
 	Setup(netsetup.Pod) (netsetup.Links, error)
 	Check(netsetup.Pod) (netsetup.Links, error)
-	Teardown(hostVeth string, ip netip.Addr, table int) error
+	Teardown(hostVeth string, ip netip.Addr) error
 }
 
 // kernel is the real wirer.
@@ -27,9 +27,7 @@ type kernel struct{}
 
 func (kernel) Setup(p netsetup.Pod) (netsetup.Links, error) { return netsetup.Setup(p) }
 func (kernel) Check(p netsetup.Pod) (netsetup.Links, error) { return netsetup.Check(p) }
-func (kernel) Teardown(v string, ip netip.Addr, table int) error {
-	return netsetup.Teardown(v, ip, table)
-}
+func (kernel) Teardown(v string, ip netip.Addr) error       { return netsetup.Teardown(v, ip) }
 
 // attachment is what a CNI call says about the sandbox being attached.
 type attachment struct {
@@ -47,20 +45,30 @@ var (
 
 // plugin carries the dependencies of the verbs.
 type plugin struct {
-	cfg  *config
-	mgr  *alloc.Manager
-	wire wirer
+	cfg    *config
+	mgr    *alloc.Manager
+	wire   wirer
+	source poolSource
 }
 
-// tableFor returns the route table of the ENI that holds an address; 0 for
-// the primary ENI and for static pools.
-func (p *plugin) tableFor(eni string) int { return 0 }
-
-func (p *plugin) podSpec(a alloc.Allocation, netns string) netsetup.Pod {
+func (p *plugin) podSpec(a alloc.Allocation, netns string, table int) netsetup.Pod {
 	return netsetup.Pod{
 		Netns: netns, IfName: a.IfName, HostVeth: a.HostVeth, IP: a.IP,
-		MTU: p.cfg.MTU, Table: p.tableFor(a.ENI),
+		MTU: p.cfg.MTU, Table: table,
 	}
+}
+
+// allocate takes an address; when the pool is empty it lets the source
+// look once for addresses the store does not know yet (IMDS), then retries.
+func (p *plugin) allocate(ctx context.Context, req alloc.Request) (alloc.Allocation, bool, []byte, error) {
+	a, existed, source, err := p.mgr.AllocateWithSource(ctx, req)
+	if !errors.Is(err, alloc.ErrPoolExhausted) {
+		return a, existed, source, err
+	}
+	if n, rerr := p.source.refresh(ctx); rerr == nil && n > 0 {
+		return p.mgr.AllocateWithSource(ctx, req)
+	}
+	return a, existed, source, p.source.exhausted(err)
 }
 
 // add gives the attachment an address and wires it. Repeating ADD returns
@@ -72,28 +80,38 @@ func (p *plugin) add(ctx context.Context, at attachment) (*current.Result, error
 		PodNamespace: at.PodNamespace, PodName: at.PodName, PodUID: at.PodUID,
 		HostVeth: netsetup.HostVethName(p.cfg.VethPrefix, at.ContainerID, at.IfName),
 	}
-	a, existed, err := p.mgr.Allocate(ctx, req)
+	a, existed, source, err := p.allocate(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	spec := p.podSpec(a, at.Netns)
+	table, err := p.source.prepare(a, source)
+	if err != nil {
+		return nil, p.undo(ctx, at, a, err)
+	}
+	spec := p.podSpec(a, at.Netns, table)
 	if existed {
 		if links, err := p.wire.Check(spec); err == nil {
 			return p.result(a, at.Netns, links), nil
 		}
 		// Incomplete wiring from an ADD that died half-way: start over.
-		if err := p.wire.Teardown(a.HostVeth, a.IP, spec.Table); err != nil {
+		if err := p.wire.Teardown(a.HostVeth, a.IP); err != nil {
 			return nil, fmt.Errorf("repair %s: %w", at.Key, err)
 		}
 	}
 	links, err := p.wire.Setup(spec)
 	if err != nil {
-		if uerr := p.mgr.Undo(context.WithoutCancel(ctx), at.Key, a.IP); uerr != nil {
-			err = errors.Join(err, uerr)
-		}
-		return nil, fmt.Errorf("wire %s with %s: %w", at.Key, a.IP, err)
+		return nil, p.undo(ctx, at, a, fmt.Errorf("wire %s with %s: %w", at.Key, a.IP, err))
 	}
 	return p.result(a, at.Netns, links), nil
+}
+
+// undo releases the allocation of a failed ADD (without cooldown: no pod
+// ever used it) and returns cause, with the release's own error if any.
+func (p *plugin) undo(ctx context.Context, at attachment, a alloc.Allocation, cause error) error {
+	if err := p.mgr.Undo(context.WithoutCancel(ctx), at.Key, a.IP); err != nil {
+		return errors.Join(cause, err)
+	}
+	return cause
 }
 
 func (p *plugin) result(a alloc.Allocation, netns string, l netsetup.Links) *current.Result {
@@ -123,11 +141,11 @@ func (p *plugin) del(ctx context.Context, k alloc.Key) error {
 	}
 	if !found {
 		derived := netsetup.HostVethName(p.cfg.VethPrefix, k.ContainerID, k.IfName)
-		return p.wire.Teardown(derived, netip.Addr{}, 0)
+		return p.wire.Teardown(derived, netip.Addr{})
 	}
 	// Free the address only once the old pod's routes and rules are gone,
 	// or a new pod could get an address still routed to the old veth.
-	if err := p.wire.Teardown(a.HostVeth, a.IP, p.tableFor(a.ENI)); err != nil {
+	if err := p.wire.Teardown(a.HostVeth, a.IP); err != nil {
 		return fmt.Errorf("tear down %s (%s): %w", k, a.IP, err)
 	}
 	_, _, err = p.mgr.Release(ctx, k, a.IP)
@@ -136,7 +154,7 @@ func (p *plugin) del(ctx context.Context, k alloc.Key) error {
 
 // check verifies the allocation, prevResult and wiring agree.
 func (p *plugin) check(ctx context.Context, at attachment, prev *current.Result) error {
-	a, found, err := p.mgr.Get(ctx, at.Key)
+	a, found, source, err := p.mgr.GetWithSource(ctx, at.Key)
 	if err != nil {
 		return err
 	}
@@ -146,7 +164,7 @@ func (p *plugin) check(ctx context.Context, at attachment, prev *current.Result)
 	if prev != nil && !resultHasIP(prev, a.IP) {
 		return fmt.Errorf("check %s: %w: allocation holds %s", at.Key, errPrevResult, a.IP)
 	}
-	if _, err := p.wire.Check(p.podSpec(a, at.Netns)); err != nil {
+	if _, err := p.wire.Check(p.podSpec(a, at.Netns, p.source.table(a, source))); err != nil {
 		return fmt.Errorf("check %s (%s): %w", at.Key, a.IP, err)
 	}
 	return nil
@@ -166,13 +184,13 @@ var errNotReady = errors.New("cannot serve ADD")
 
 // status reports whether ADD can work at all. A momentarily empty pool is
 // not a failure: addresses cool down and `warm` adds more.
-func (p *plugin) status() (alloc.Counts, error) {
+func (p *plugin) status(ctx context.Context) (alloc.Counts, error) {
 	st, err := p.mgr.Store.Load()
 	if err != nil {
 		return alloc.Counts{}, fmt.Errorf("%w: %w", errNotReady, err)
 	}
-	if p.cfg.Pool.Size(st) == 0 {
-		return alloc.Counts{}, fmt.Errorf("%w: pool source %q has no addresses", errNotReady, p.cfg.Source)
+	if err := p.source.ready(ctx, st); err != nil {
+		return alloc.Counts{}, err
 	}
 	return p.mgr.Counts(st), nil
 }

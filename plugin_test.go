@@ -46,7 +46,7 @@ func (f *fakeWire) Check(p netsetup.Pod) (netsetup.Links, error) {
 	return netsetup.Links{HostMAC: hostMAC, PodMAC: podMAC}, nil
 }
 
-func (f *fakeWire) Teardown(v string, ip netip.Addr, table int) error {
+func (f *fakeWire) Teardown(v string, ip netip.Addr) error {
 	f.torn = append(f.torn, v)
 	if f.tearErr != nil {
 		return f.tearErr
@@ -64,7 +64,7 @@ func newTestPlugin(t *testing.T, pool string) (*plugin, *fakeWire, *alloc.MemSto
 	s := alloc.NewMemStore()
 	w := newFakeWire()
 	mgr := &alloc.Manager{Store: s, Pool: cfg.Pool, BootID: "b", Cooldown: cfg.Cooldown, LockTimeout: time.Second}
-	return &plugin{cfg: cfg, mgr: mgr, wire: w}, w, s
+	return &plugin{cfg: cfg, mgr: mgr, wire: w, source: staticSource{cfg.Pool}}, w, s
 }
 
 func att(cid string) attachment {
@@ -203,18 +203,18 @@ func TestCheck(t *testing.T) {
 
 func TestStatus(t *testing.T) {
 	p, _, s := newTestPlugin(t, "10.99.0.0/24")
-	if _, err := p.status(); err != nil {
+	if _, err := p.status(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	p.add(context.Background(), att("c1"))
-	c, err := p.status()
+	c, err := p.status(context.Background())
 	if err != nil || c.Allocated != 1 || c.Free != 253 {
 		t.Errorf("status %+v %v", c, err)
 	}
 	s.SaveFn = nil
 	bad := &corruptStore{MemStore: s}
 	p.mgr.Store = bad
-	if _, err := p.status(); toCNIError(err).Code != types.ErrPluginNotAvailable {
+	if _, err := p.status(context.Background()); toCNIError(err).Code != types.ErrPluginNotAvailable {
 		t.Errorf("unreadable store: %v", err)
 	}
 }

@@ -126,7 +126,16 @@ func (m *Manager) pruneCooling(st *State) bool {
 // Allocate returns the address of req's attachment, taking a free one if the
 // attachment has none yet. existed is true when ADD is being repeated.
 func (m *Manager) Allocate(ctx context.Context, req Request) (a Allocation, existed bool, err error) {
+	a, existed, _, err = m.AllocateWithSource(ctx, req)
+	return a, existed, err
+}
+
+// AllocateWithSource is Allocate that also returns the pool source's data
+// (State.Source) as read in the same locked read, so a dynamic source can
+// prepare the address's ENI without reading the state again.
+func (m *Manager) AllocateWithSource(ctx context.Context, req Request) (a Allocation, existed bool, source []byte, err error) {
 	err = m.Update(ctx, func(st *State) (bool, error) {
+		source = st.Source
 		if i := st.Find(req.Key); i >= 0 {
 			a, existed = st.Allocations[i], true
 			return false, nil
@@ -145,9 +154,9 @@ func (m *Manager) Allocate(ctx context.Context, req Request) (a Allocation, exis
 		return true, nil
 	})
 	if err != nil {
-		return Allocation{}, false, fmt.Errorf("allocate ip for %s: %w", req.Key, err)
+		return Allocation{}, false, nil, fmt.Errorf("allocate ip for %s: %w", req.Key, err)
 	}
-	return a, existed, nil
+	return a, existed, source, nil
 }
 
 // pick returns the first usable address after st.LastIP, wrapping around.
@@ -248,16 +257,23 @@ func (m *Manager) releaseIn(st *State, k Key, ip netip.Addr, cooldown time.Durat
 
 // Get returns the allocation of k, if any.
 func (m *Manager) Get(ctx context.Context, k Key) (a Allocation, found bool, err error) {
+	a, found, _, err = m.GetWithSource(ctx, k)
+	return a, found, err
+}
+
+// GetWithSource is Get that also returns State.Source.
+func (m *Manager) GetWithSource(ctx context.Context, k Key) (a Allocation, found bool, source []byte, err error) {
 	err = m.Update(ctx, func(st *State) (bool, error) {
+		source = st.Source
 		if i := st.Find(k); i >= 0 {
 			a, found = st.Allocations[i], true
 		}
 		return false, nil
 	})
 	if err != nil {
-		return Allocation{}, false, fmt.Errorf("look up %s: %w", k, err)
+		return Allocation{}, false, nil, fmt.Errorf("look up %s: %w", k, err)
 	}
-	return a, found, nil
+	return a, found, source, nil
 }
 
 // Snapshot returns a copy of the state and its pool counts.

@@ -146,5 +146,5 @@ func DeleteRoute(r PodRoute) error {
 
 // DeleteVeth removes a host veth by name; one already gone is not an error.
 func DeleteVeth(name string) error {
-	return Teardown(name, netip.Addr{}, 0)
+	return Teardown(name, netip.Addr{})
 }

@@ -86,7 +86,7 @@ func Setup(p Pod) (l Links, err error) {
 	}
 	defer func() {
 		if err != nil {
-			_ = Teardown(p.HostVeth, p.IP, p.Table)
+			_ = Teardown(p.HostVeth, p.IP)
 		}
 	}()
 	l.HostMAC = host.Attrs().HardwareAddr
@@ -216,9 +216,9 @@ func addRule(r *netlink.Rule) error {
 
 // Teardown removes what Setup made for an address, by name: the host veth
 // (the kernel deletes its pod end and the host route with it) and the
-// rules. It needs no netns and succeeds when things are already gone, so DEL
+// rules, `to` and `from` in whatever table. It needs no netns and succeeds when things are already gone, so DEL
 // can run it twice.
-func Teardown(hostVeth string, ip netip.Addr, table int) error {
+func Teardown(hostVeth string, ip netip.Addr) error {
 	var errs []error
 	if hostVeth != "" {
 		if link, err := netlinksafe.LinkByName(hostVeth); err == nil {

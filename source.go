@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/ec2"
+	"github.com/eni-cni/eni-cni/netsetup"
+)
+
+// poolSource is what differs between pool sources when serving CNI verbs.
+type poolSource interface {
+	// prepare readies the node for address a (for ec2: its ENI's link and
+	// route table) and returns the table of the pod's `from` rule, 0 for
+	// none. source is State.Source as read with the allocation.
+	prepare(a alloc.Allocation, source []byte) (table int, err error)
+	// table is prepare without changing anything, for CHECK.
+	table(a alloc.Allocation, source []byte) int
+	// refresh looks for addresses the store does not know yet, once, when
+	// the pool is empty; it returns how many it added.
+	refresh(ctx context.Context) (int, error)
+	// ready reports whether ADD can work at all (STATUS).
+	ready(ctx context.Context, st *alloc.State) error
+	// exhausted explains an empty pool to the operator.
+	exhausted(err error) error
+}
+
+// staticSource is a pool of configured ranges on the node's own network.
+type staticSource struct{ pool alloc.Pool }
+
+func (s staticSource) prepare(alloc.Allocation, []byte) (int, error) { return 0, nil }
+func (s staticSource) table(alloc.Allocation, []byte) int            { return 0 }
+func (s staticSource) refresh(context.Context) (int, error)          { return 0, nil }
+func (s staticSource) exhausted(err error) error                     { return err }
+func (s staticSource) ready(_ context.Context, st *alloc.State) error {
+	if s.pool.Size(st) == 0 {
+		return fmt.Errorf("%w: the static pool has no addresses", errNotReady)
+	}
+	return nil
+}
+
+// ec2Source hands out the ENI secondary addresses `eni-cni warm` put in the
+// store. ADD never calls EC2; it may read IMDS once when the pool is empty.
+type ec2Source struct {
+	cfg *config
+	mgr *alloc.Manager
+}
+
+func (s ec2Source) md() ec2.Metadata { return ec2.NewMetadataClient(s.cfg.IMDSEndpoint) }
+
+func (s ec2Source) eni(a alloc.Allocation, source []byte) (ec2.ENIState, error) {
+	src, err := ec2.LoadSource(&alloc.State{Source: source})
+	if err != nil {
+		return ec2.ENIState{}, err
+	}
+	e, ok := src.ENI(a.ENI)
+	if !ok {
+		return e, fmt.Errorf("address %s belongs to %s, which the store does not describe", a.IP, a.ENI)
+	}
+	return e, nil
+}
+
+func (s ec2Source) prepare(a alloc.Allocation, source []byte) (int, error) {
+	e, err := s.eni(a, source)
+	if err != nil || e.Table() == 0 {
+		return 0, err
+	}
+	link := netsetup.ENILink{MAC: e.MAC, MTU: s.cfg.MTU, Table: e.Table(), SubnetCIDR: e.SubnetCIDR, Gateway: e.Gateway()}
+	if err := netsetup.EnsureENI(link); err != nil {
+		return 0, fmt.Errorf("set up %s (%s) for %s: %w", e.ID, e.MAC, a.IP, err)
+	}
+	return e.Table(), nil
+}
+
+func (s ec2Source) table(a alloc.Allocation, source []byte) int {
+	e, err := s.eni(a, source)
+	if err != nil {
+		return 0
+	}
+	return e.Table()
+}
+
+func (s ec2Source) refresh(ctx context.Context) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	_, added, err := ec2.Refresh(ctx, s.mgr, s.md(), time.Now())
+	return added, err
+}
+
+func (s ec2Source) exhausted(err error) error {
+	return fmt.Errorf("%w; IMDS lists no new addresses either: check that `eni-cni warm` runs (eni-cni-warm.timer) and its output", err)
+}
+
+// ready: a pool with addresses can serve ADD; an empty one can if IMDS
+// answers (warm will fill it). Only an empty pool and no IMDS is a fault.
+func (s ec2Source) ready(ctx context.Context, st *alloc.State) error {
+	if (alloc.StoredPool{}).Size(st) > 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if _, err := ec2.Discover(ctx, s.md()); err != nil {
+		return fmt.Errorf("%w: the pool is empty and %w", errNotReady, err)
+	}
+	return nil
+}
+
+// eniHost sets up ENIs that `warm` attaches.
+type eniHost struct{ mtu int }
+
+func (h eniHost) SetupENI(ctx context.Context, e ec2.ENIState) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	return netsetup.WaitENI(ctx, netsetup.ENILink{MAC: e.MAC, MTU: h.mtu, Table: e.Table(), SubnetCIDR: e.SubnetCIDR, Gateway: e.Gateway()})
+}
