@@ -9,19 +9,28 @@ export ENI_CNI_TOOLS ?= /opt/eni-cni-test
 
 .PHONY: build demo test test-unit test-privileged test-e2e deps lint bench install clean
 
+# The shipped binary is the lean build (CNI verbs without grpc and the AWS
+# SDK) with the full build embedded for gc, warm and IMDS reads (lean.go).
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) .
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o embedded/eni-cni-full .
+	CGO_ENABLED=0 $(GO) build -trimpath -tags lean -ldflags "$(LDFLAGS)" -o $(BIN) .
 
 # A throwaway node namespace, a few pods on the static pool, ping, DEL, cleanup.
 demo: build
 	bash scripts/demo.sh $(BIN)
 
+# The same story on a simulated EC2 node: the fake IMDS + EC2 server, warm,
+# pods on the primary and on a second ENI, its rule and table, cleanup.
+demo-ec2: build
+	bash scripts/demo-ec2.sh $(BIN)
+
 deps:
 	bash scripts/install-test-deps.sh --with-containerd2
 
-lint:
+lint: build
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags lean .
 
 # Unit tests run without root; privileged tests skip themselves unless root.
 test-unit:
@@ -37,8 +46,12 @@ test: deps lint build
 	ENI_CNI_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -race ./...
 	$(MAKE) --no-print-directory test-e2e
 
+# eni-cni vs ptp+host-local in throwaway namespaces; table on stdout and in BENCHMARKS.md, details in _out/bench/. Root. BENCH_FLAGS=-quick for a short run.
+bench: build
+	$(GO) run ./scripts/bench -eni-cni $(BIN) -tools $(ENI_CNI_TOOLS) -go $(GO) $(BENCH_FLAGS)
+
 install: build
 	bash scripts/install.sh $(BIN)
 
 clean:
-	rm -rf bin _out
+	rm -rf bin _out embedded

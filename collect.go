@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
@@ -82,7 +84,7 @@ func (p *plugin) collect(ctx context.Context, live gc.Liveness, opts gc.Options,
 		if c.Plan.Refused != nil {
 			return false, nil
 		}
-		c.Leftovers = gc.FindLeftovers(p.ourRules(st, snap), owned)
+		c.Leftovers = gc.FindLeftovers(p.ours(st, snap), owned)
 		if !dryRun {
 			if err := gc.RemoveLeftovers(host, c.Leftovers); err != nil {
 				c.Errors = append(c.Errors, err)
@@ -131,16 +133,22 @@ func (p *plugin) free(ctx context.Context, c *collection, held map[alloc.Key]all
 	}
 }
 
-// ourRules keeps only rules for addresses of this network's pool, so the
-// sweep never touches the rules of another network's plugin on the node.
-func (p *plugin) ourRules(st *alloc.State, snap gc.HostSnapshot) gc.HostSnapshot {
-	rules := snap.Rules[:0:0]
-	for _, r := range snap.Rules {
-		if p.cfg.Pool.Contains(st, r.IP) {
-			rules = append(rules, r)
+// ours keeps only what belongs to this network: rules for addresses of its
+// pool, and veths routed to an address of its pool. Another eni-cni network
+// on the node (its own stateDir, the same veth prefix) is not explained by
+// this store, and its live pods must not be swept. A veth with no route
+// into the pool cannot be attributed and is left alone.
+func (p *plugin) ours(st *alloc.State, snap gc.HostSnapshot) gc.HostSnapshot {
+	inPool := func(ip netip.Addr) bool { return p.cfg.Pool.Contains(st, ip) }
+	routed := map[string]bool{}
+	for _, r := range snap.Routes {
+		if inPool(r.IP) {
+			routed[r.Veth] = true
 		}
 	}
-	snap.Rules = rules
+	snap.Veths = slices.DeleteFunc(slices.Clone(snap.Veths), func(v string) bool { return !routed[v] })
+	snap.Rules = slices.DeleteFunc(slices.Clone(snap.Rules), func(r gc.HostRule) bool { return !inPool(r.IP) })
+	snap.Routes = slices.DeleteFunc(slices.Clone(snap.Routes), func(r gc.HostRoute) bool { return !routed[r.Veth] })
 	return snap
 }
 

@@ -74,7 +74,11 @@ func gcFixture(t *testing.T) (*plugin, *fakeWire, *alloc.MemStore, *fakeHost) {
 		t.Fatal(err)
 	}
 	stale := netsetup.HostVethName("eni", "gone", "eth0")
-	host.veths = append(host.veths, stale)
+	otherNet := netsetup.HostVethName("eni", "other-network-pod", "eth0")
+	host.veths = append(host.veths, stale, otherNet)
+	host.routes = append(host.routes,
+		gc.HostRoute{IP: netip.MustParseAddr("10.99.0.200"), Veth: stale},
+		gc.HostRoute{IP: netip.MustParseAddr("172.16.0.9"), Veth: otherNet})
 	host.rules = append(host.rules,
 		gc.HostRule{IP: netip.MustParseAddr("10.99.0.200"), Priority: 512, Table: 254},
 		gc.HostRule{IP: netip.MustParseAddr("172.16.0.9"), Priority: 512, Table: 254}) // another network's
@@ -117,6 +121,9 @@ func TestCollectFreesDeadKeepsAliveAndYoung(t *testing.T) {
 	}
 	if !slices.ContainsFunc(host.rules, func(r gc.HostRule) bool { return r.IP.String() == "172.16.0.9" }) {
 		t.Error("swept a rule outside this network's pool")
+	}
+	if !slices.Contains(host.veths, netsetup.HostVethName("eni", "other-network-pod", "eth0")) {
+		t.Error("swept the veth of another network's live pod")
 	}
 	var out bytes.Buffer
 	if err := c.report(&out, false); err != nil {

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
-	"github.com/eni-cni/eni-cni/ec2"
-	"github.com/eni-cni/eni-cni/gc"
 )
 
 const usage = `usage: eni-cni <command> [flags]
@@ -64,10 +62,9 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 		return cmdList(rest, stdout, stderr)
 	case "status":
 		return cmdStatusCLI(rest, stdout, stderr)
-	case "gc":
-		return cmdGCCLI(rest, stdout, stderr)
-	case "warm":
-		return cmdWarmCLI(rest, stdout, stderr)
+	case "gc", "warm", "internal":
+		// These link the CRI client and the AWS SDK; see full.go.
+		return runFull(cmd, rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -190,111 +187,4 @@ func cmdStatusCLI(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "ready: network %q (%s), pool %s: %d addresses, %d free, %d allocated; state in %s\n",
 		p.cfg.Network, path, p.cfg.Source, c.Total, c.Free, c.Allocated, p.cfg.StateDir)
 	return nil
-}
-
-func cmdGCCLI(args []string, stdout, stderr io.Writer) error {
-	f := newFlags("gc", stderr)
-	endpoint := f.fs.String("cri-endpoint", "", "CRI socket (default: $CONTAINER_RUNTIME_ENDPOINT, /etc/crictl.yaml, then containerd's and CRI-O's)")
-	grace := f.fs.Duration("grace", 0, "keep allocations younger than this (default: gcGraceSeconds of the config, 600s)")
-	dryRun := f.fs.Bool("dry-run", false, "print what would be freed and change nothing")
-	force := f.fs.Bool("force", false, "free old allocations even when the runtime lists no sandbox at all")
-	timeout := f.fs.Duration("timeout", gc.DefaultTimeout, "timeout of each CRI call")
-	if err := f.parse(args); err != nil {
-		return err
-	}
-	if *grace < 0 || *timeout <= 0 {
-		return fmt.Errorf("%w: --grace must be >= 0 and --timeout > 0", errUsage)
-	}
-	p, _, err := f.load()
-	if err != nil {
-		return err
-	}
-	opts := gc.Options{Grace: p.cfg.GCGrace, Force: *force, RefuseEmpty: true}
-	f.fs.Visit(func(fl *flag.Flag) {
-		if fl.Name == "grace" {
-			opts.Grace = *grace
-		}
-	})
-	ctx := context.Background()
-	live, err := listRuntime(ctx, *endpoint, *timeout)
-	if err != nil {
-		return err
-	}
-	c, err := p.collect(ctx, live, opts, *dryRun, hostNetwork{p.cfg.VethPrefix})
-	if c == nil {
-		return err
-	}
-	rerr := c.report(stdout, *dryRun)
-	if err != nil {
-		return err
-	}
-	return rerr
-}
-
-// listRuntime asks the CRI runtime which sandboxes exist. It runs before
-// the store is locked: a slow runtime must not stall ADDs.
-func listRuntime(ctx context.Context, endpoint string, timeout time.Duration) (gc.Liveness, error) {
-	ep, err := gc.ResolveEndpoint(endpoint, gc.Lookup{})
-	if err != nil {
-		return nil, err
-	}
-	client, err := gc.NewClient(ep, timeout)
-	if err != nil {
-		return nil, err
-	}
-	defer client.Close()
-	return gc.QueryRuntime(ctx, client)
-}
-
-// warmTimeout bounds one warm pass, EC2 retries included: the timer starts
-// the next one anyway.
-const warmTimeout = 5 * time.Minute
-
-func cmdWarmCLI(args []string, stdout, stderr io.Writer) error {
-	f := newFlags("warm", stderr)
-	if err := f.parse(args); err != nil {
-		return err
-	}
-	p, _, err := f.load()
-	if err != nil {
-		return err
-	}
-	if p.cfg.Source != sourceEC2 {
-		fmt.Fprintf(stdout, "warm: network %q uses a %s pool; nothing to do\n", p.cfg.Network, p.cfg.Source)
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
-	defer cancel()
-	md := ec2.NewMetadataClient(p.cfg.IMDSEndpoint)
-	w := &ec2.Warmer{Mgr: p.mgr, MD: md, Host: eniHost{mtu: p.cfg.MTU}, Cfg: p.cfg.Warm, Out: stdout}
-	region, err := regionOf(ctx, p.mgr, md)
-	if err != nil {
-		return fmt.Errorf("warm: %w", err)
-	}
-	w.API = ec2.NewAPI(p.cfg.EC2Endpoint, region, md)
-	if err := w.Run(ctx); err != nil {
-		return fmt.Errorf("warm: %w", err)
-	}
-	return nil
-}
-
-// regionOf returns the region from the store, discovering the instance
-// through IMDS first on a node that never ran warm.
-func regionOf(ctx context.Context, mgr *alloc.Manager, md ec2.Metadata) (string, error) {
-	st, _, err := mgr.Snapshot(ctx)
-	if err != nil {
-		return "", err
-	}
-	src, err := ec2.LoadSource(st)
-	if err != nil {
-		return "", err
-	}
-	if src.AZ == "" {
-		inst, _, err := ec2.Refresh(ctx, mgr, md, time.Now())
-		if err != nil {
-			return "", err
-		}
-		return inst.Region(), nil
-	}
-	return src.AZ[:len(src.AZ)-1], nil
 }

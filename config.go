@@ -13,7 +13,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/eni-cni/eni-cni/alloc"
-	"github.com/eni-cni/eni-cni/ec2"
+	"github.com/eni-cni/eni-cni/ec2/pool"
 )
 
 // pluginType is the `type` of our entry in a conflist.
@@ -81,6 +81,7 @@ type ec2Conf struct {
 
 // config is the validated, typed form of netConf that the verbs use.
 type config struct {
+	raw         []byte // as given, for the lean build's delegations
 	conf        *netConf
 	Network     string
 	CNIVersion  string
@@ -95,7 +96,7 @@ type config struct {
 	LogFile     string
 	LogLevel    string
 	// ec2 source
-	Warm         ec2.WarmConfig
+	Warm         pool.WarmConfig
 	IMDSEndpoint string
 	EC2Endpoint  string
 	SNAT         bool
@@ -108,7 +109,7 @@ func parseConfig(data []byte) (*config, error) {
 		return nil, fmt.Errorf("%w: %v", errDecode, err)
 	}
 	c := &config{
-		conf: &nc, Network: nc.Name, CNIVersion: nc.CNIVersion,
+		raw: data, conf: &nc, Network: nc.Name, CNIVersion: nc.CNIVersion,
 		StateDir: nc.StateDir, MTU: nc.MTU, Source: nc.Pool.Source,
 		VethPrefix: defaultVethPrefix, LogFile: nc.LogFile, LogLevel: nc.LogLevel,
 	}
@@ -198,15 +199,15 @@ const (
 )
 
 func (c *config) parseEC2() error {
-	pool, top := c.conf.Pool.ec2Conf, c.conf.ec2Conf
-	w := ec2.WarmConfig{
-		WarmIPTarget:     pick(pool.WarmIPTarget, top.WarmIPTarget, defaultWarmIPTarget),
-		MinimumIPTarget:  pick(pool.MinimumIPTarget, top.MinimumIPTarget, 0),
-		MaxENIs:          pick(pool.MaxENIs, top.MaxENIs, 0),
-		PrefixDelegation: pick(pool.PrefixDelegation, top.PrefixDelegation, false),
-		SubnetID:         defaultString(pool.SubnetID, top.SubnetID),
-		SecurityGroupIDs: pool.SecurityGroupIDs,
-		Tags:             pool.Tags,
+	inPool, top := c.conf.Pool.ec2Conf, c.conf.ec2Conf
+	w := pool.WarmConfig{
+		WarmIPTarget:     pick(inPool.WarmIPTarget, top.WarmIPTarget, defaultWarmIPTarget),
+		MinimumIPTarget:  pick(inPool.MinimumIPTarget, top.MinimumIPTarget, 0),
+		MaxENIs:          pick(inPool.MaxENIs, top.MaxENIs, 0),
+		PrefixDelegation: pick(inPool.PrefixDelegation, top.PrefixDelegation, false),
+		SubnetID:         defaultString(inPool.SubnetID, top.SubnetID),
+		SecurityGroupIDs: inPool.SecurityGroupIDs,
+		Tags:             inPool.Tags,
 		TrimAfter:        defaultTrimAfter,
 	}
 	if w.SecurityGroupIDs == nil {

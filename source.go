@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
-	"github.com/eni-cni/eni-cni/ec2"
+	"github.com/eni-cni/eni-cni/ec2/pool"
 	"github.com/eni-cni/eni-cni/netsetup"
 )
 
@@ -48,12 +48,10 @@ type ec2Source struct {
 	mgr *alloc.Manager
 }
 
-func (s ec2Source) md() ec2.Metadata { return ec2.NewMetadataClient(s.cfg.IMDSEndpoint) }
-
-func (s ec2Source) eni(a alloc.Allocation, source []byte) (ec2.ENIState, error) {
-	src, err := ec2.LoadSource(&alloc.State{Source: source})
+func (s ec2Source) eni(a alloc.Allocation, source []byte) (pool.ENIState, error) {
+	src, err := pool.LoadSource(&alloc.State{Source: source})
 	if err != nil {
-		return ec2.ENIState{}, err
+		return pool.ENIState{}, err
 	}
 	e, ok := src.ENI(a.ENI)
 	if !ok {
@@ -85,8 +83,7 @@ func (s ec2Source) table(a alloc.Allocation, source []byte) int {
 func (s ec2Source) refresh(ctx context.Context) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	_, added, err := ec2.Refresh(ctx, s.mgr, s.md(), time.Now())
-	return added, err
+	return imdsRefresh(ctx, s.cfg, s.mgr)
 }
 
 func (s ec2Source) exhausted(err error) error {
@@ -101,17 +98,13 @@ func (s ec2Source) ready(ctx context.Context, st *alloc.State) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	if _, err := ec2.Discover(ctx, s.md()); err != nil {
+	if err := imdsCheck(ctx, s.cfg); err != nil {
 		return fmt.Errorf("%w: the pool is empty and %w", errNotReady, err)
 	}
 	return nil
 }
 
-// eniHost sets up ENIs that `warm` attaches.
-type eniHost struct{ mtu int }
-
-func (h eniHost) SetupENI(ctx context.Context, e ec2.ENIState) error {
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	return netsetup.WaitENI(ctx, netsetup.ENILink{MAC: e.MAC, MTU: h.mtu, Table: e.Table(), SubnetCIDR: e.SubnetCIDR, Gateway: e.Gateway()})
+// internalResult is what `eni-cni internal imds-refresh` prints.
+type internalResult struct {
+	Added int `json:"added"`
 }

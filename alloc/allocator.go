@@ -81,10 +81,10 @@ func (m *Manager) Update(ctx context.Context, fn func(st *State) (changed bool, 
 	if err != nil {
 		return err
 	}
+	// Expired cooling entries are dropped in memory only: saving just for
+	// that would make reads (list, a refused gc) rewrite the file.
 	changed := m.newBoot(st)
-	if m.pruneCooling(st) {
-		changed = true
-	}
+	m.pruneCooling(st)
 	fnChanged, err := fn(st)
 	if err != nil {
 		return err
@@ -110,7 +110,7 @@ func (m *Manager) newBoot(st *State) bool {
 	return true
 }
 
-func (m *Manager) pruneCooling(st *State) bool {
+func (m *Manager) pruneCooling(st *State) {
 	now := m.now()
 	kept := st.Cooling[:0]
 	for _, c := range st.Cooling {
@@ -118,9 +118,7 @@ func (m *Manager) pruneCooling(st *State) bool {
 			kept = append(kept, c)
 		}
 	}
-	pruned := len(kept) != len(st.Cooling)
 	st.Cooling = kept
-	return pruned
 }
 
 // Allocate returns the address of req's attachment, taking a free one if the

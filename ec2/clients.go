@@ -24,14 +24,31 @@ const (
 // NewMetadataClient returns an IMDSv2 client. endpoint overrides the
 // environment, which overrides the link-local default.
 func NewMetadataClient(endpoint string) *imds.Client {
+	return imds.New(metadataOptions(endpoint, 5*time.Second))
+}
+
+// NewQuickMetadataClient is for reads inside a CNI call (an empty pool at
+// ADD, STATUS): two attempts with short waits, so an unreachable IMDS is
+// reported within about a second instead of holding up the runtime.
+func NewQuickMetadataClient(endpoint string) *imds.Client {
+	o := metadataOptions(endpoint, time.Second)
+	o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
+		so.MaxAttempts = 2
+		so.MaxBackoff = 100 * time.Millisecond
+	})
+	o.DisableDefaultMaxBackoff = true
+	return imds.New(o)
+}
+
+func metadataOptions(endpoint string, timeout time.Duration) imds.Options {
 	if endpoint == "" {
 		endpoint = os.Getenv(EnvIMDSEndpoint)
 	}
-	return imds.New(imds.Options{
+	return imds.Options{
 		Endpoint:          endpoint,
 		ClientEnableState: imds.ClientEnabled,
-		HTTPClient:        awshttp.NewBuildableClient().WithTimeout(5 * time.Second),
-	})
+		HTTPClient:        awshttp.NewBuildableClient().WithTimeout(timeout),
+	}
 }
 
 // NewAPI returns an EC2 client with adaptive retry (throttling makes it

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/ec2/pool"
 )
 
 // Tag keys eni-cni puts on the ENIs it creates, so an operator (or a
@@ -170,7 +171,7 @@ func (w *Warmer) recordENI(ctx context.Context, e ENIState, ips []netip.Addr, pr
 		sort.Slice(src.ENIs, func(i, j int) bool { return src.ENIs[i].DeviceNumber < src.ENIs[j].DeviceNumber })
 		all := slices.Clone(ips)
 		for _, p := range prefixes {
-			all = append(all, expand(p)...)
+			all = append(all, pool.Expand(p)...)
 		}
 		added = addToPool(st, e.ID, all, w.now())
 		return nil

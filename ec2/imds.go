@@ -27,35 +27,6 @@ type Metadata interface {
 // ErrIMDS reports instance metadata that cannot be read or makes no sense.
 var ErrIMDS = errors.New("instance metadata")
 
-// Instance is what IMDS says about this node.
-type Instance struct {
-	ID, Type, AZ string
-	PrimaryMAC   string
-	ENIs         []ENIInfo // by device number
-}
-
-// Region is the AZ without its letter.
-func (i *Instance) Region() string {
-	if len(i.AZ) < 2 {
-		return ""
-	}
-	return i.AZ[:len(i.AZ)-1]
-}
-
-// ENIInfo is one attached network interface as IMDS describes it.
-type ENIInfo struct {
-	ID             string
-	MAC            string
-	DeviceNumber   int
-	SubnetID       string
-	SubnetCIDR     netip.Prefix
-	VPCCIDRs       []netip.Prefix
-	PrimaryIP      netip.Addr   // never given to a pod
-	Secondary      []netip.Addr // secondary addresses, in IMDS order
-	Prefixes       []netip.Prefix
-	SecurityGroups []string
-}
-
 // Discover reads the instance and every attached ENI from IMDS.
 func Discover(ctx context.Context, md Metadata) (*Instance, error) {
 	r := reader{md: md}

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/ec2/pool"
 )
 
 // giveBack is one unassign call's worth: addresses or prefixes of one ENI.
@@ -63,7 +64,7 @@ func (w *Warmer) pickSurplus(st *alloc.State, src *SourceState, surplus int) []g
 		e := src.ENIs[i]
 		b := giveBack{eni: e.ID}
 		for _, p := range e.Prefixes {
-			addrs := expand(p)
+			addrs := pool.Expand(p)
 			if len(addrs) <= surplus && !slices.ContainsFunc(addrs, func(a netip.Addr) bool { return !ok[a] }) {
 				b.prefixes = append(b.prefixes, p)
 				surplus -= len(addrs)
@@ -144,7 +145,7 @@ func (w *Warmer) unassign(ctx context.Context, b giveBack) error {
 }
 
 func (w *Warmer) forget(st *alloc.State, src *SourceState, b giveBack) {
-	until := w.now().Add(tombstoneTTL).UTC()
+	until := w.now().Add(pool.TombstoneTTL).UTC()
 	st.Pool = slices.DeleteFunc(st.Pool, func(p alloc.PoolAddr) bool {
 		gone := p.ENI == b.eni && p.Unusable && (slices.Contains(b.ips, p.IP) || inPrefixes(b.prefixes, p.IP))
 		if gone {

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/ec2/pool"
 )
 
 // API is the part of the EC2 client `warm` uses.
@@ -32,20 +33,6 @@ type API interface {
 // and its route table. It must be idempotent.
 type HostENI interface {
 	SetupENI(ctx context.Context, e ENIState) error
-}
-
-// WarmConfig is the pool policy.
-type WarmConfig struct {
-	WarmIPTarget     int // free addresses to keep ready
-	MinimumIPTarget  int // addresses to keep in the pool whatever the use
-	MaxENIs          int // 0: the instance type's limit
-	PrefixDelegation bool
-	SubnetID         string   // for new ENIs; default the primary ENI's
-	SecurityGroupIDs []string // for new ENIs; default the primary ENI's
-	Tags             map[string]string
-	// TrimAfter is how long an address stays in the pool before it may be
-	// given back, so a burst of pods does not make warm flap.
-	TrimAfter time.Duration
 }
 
 // Warmer runs one `eni-cni warm` pass.
@@ -82,7 +69,7 @@ type view struct {
 func (w *Warmer) snapshot(ctx context.Context) (*view, error) {
 	var v view
 	err := w.Mgr.Update(ctx, func(st *alloc.State) (bool, error) {
-		src, err := LoadSource(st)
+		src, err := pool.LoadSource(st)
 		if err != nil {
 			return false, err
 		}
@@ -95,14 +82,14 @@ func (w *Warmer) snapshot(ctx context.Context) (*view, error) {
 // update applies fn to the current state and source under the lock.
 func (w *Warmer) update(ctx context.Context, fn func(*alloc.State, *SourceState) error) error {
 	return w.Mgr.Update(ctx, func(st *alloc.State) (bool, error) {
-		src, err := LoadSource(st)
+		src, err := pool.LoadSource(st)
 		if err != nil {
 			return false, err
 		}
 		if err := fn(st, src); err != nil {
 			return false, err
 		}
-		return true, SaveSource(st, src)
+		return true, pool.SaveSource(st, src)
 	})
 }
 
@@ -137,12 +124,12 @@ func Refresh(ctx context.Context, mgr *alloc.Manager, md Metadata, now time.Time
 	}
 	added := 0
 	err = mgr.Update(ctx, func(st *alloc.State) (bool, error) {
-		src, err := LoadSource(st)
+		src, err := pool.LoadSource(st)
 		if err != nil {
 			return false, err
 		}
-		added = Merge(st, src, inst, now)
-		return true, SaveSource(st, src)
+		added = pool.Merge(st, src, inst, now)
+		return true, pool.SaveSource(st, src)
 	})
 	return inst, added, err
 }
@@ -283,7 +270,7 @@ func (w *Warmer) record(ctx context.Context, eniID string, ips []netip.Addr, pre
 			if !slices.Contains(src.ENIs[i].Prefixes, p.Masked()) {
 				src.ENIs[i].Prefixes = append(src.ENIs[i].Prefixes, p.Masked())
 			}
-			all = append(all, expand(p)...)
+			all = append(all, pool.Expand(p)...)
 		}
 		added = addToPool(st, eniID, all, w.now())
 		return nil
@@ -304,7 +291,7 @@ func addToPool(st *alloc.State, eniID string, ips []netip.Addr, now time.Time) i
 			n++
 		}
 	}
-	sortPool(st)
+	pool.SortPool(st)
 	return n
 }
 

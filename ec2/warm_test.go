@@ -17,6 +17,7 @@ import (
 
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
+	"github.com/eni-cni/eni-cni/ec2/pool"
 )
 
 // env is one simulated node: the fake AWS, real SDK clients pointed at it,
@@ -78,7 +79,7 @@ func (e *env) counts(t *testing.T) (alloc.Counts, *alloc.State, *SourceState) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := LoadSource(st)
+	src, err := pool.LoadSource(st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +142,7 @@ func TestDiscoverSeveralENIs(t *testing.T) {
 	}
 	st := alloc.NewState("")
 	src := &SourceState{}
-	if n := Merge(st, src, inst, time.Now()); n != 3+2+16 {
+	if n := pool.Merge(st, src, inst, time.Now()); n != 3+2+16 {
 		t.Errorf("merged %d addresses, want 21 (primaries excluded)", n)
 	}
 	for _, p := range st.Pool {
@@ -361,10 +362,10 @@ func TestTombstonesStopStaleIMDS(t *testing.T) {
 	src := &SourceState{Tombstones: []Tombstone{{IP: netip.MustParseAddr("10.0.0.9"), Until: time.Now().Add(time.Minute)}}}
 	inst := &Instance{ENIs: []ENIInfo{{ID: "eni-1", PrimaryIP: netip.MustParseAddr("10.0.0.5"),
 		Secondary: []netip.Addr{netip.MustParseAddr("10.0.0.9"), netip.MustParseAddr("10.0.0.10")}}}}
-	if n := Merge(st, src, inst, time.Now()); n != 1 || st.Pool[0].IP.String() != "10.0.0.10" {
+	if n := pool.Merge(st, src, inst, time.Now()); n != 1 || st.Pool[0].IP.String() != "10.0.0.10" {
 		t.Fatalf("merged %d: %+v", n, st.Pool)
 	}
-	if n := Merge(st, src, inst, time.Now().Add(time.Hour)); n != 1 || len(src.Tombstones) != 0 {
+	if n := pool.Merge(st, src, inst, time.Now().Add(time.Hour)); n != 1 || len(src.Tombstones) != 0 {
 		t.Errorf("expired tombstone: merged %d, %d tombstones left", n, len(src.Tombstones))
 	}
 }

@@ -1,4 +1,8 @@
-package ec2
+// Package pool is the ec2 source's part of the store: the instance, its
+// ENIs and limits, tombstones of given-back addresses, and the add-only merge
+// of what IMDS lists into the pool. It is pure (no AWS SDK), so the CNI hot
+// path can read it without linking the SDK.
+package pool
 
 import (
 	"encoding/json"
@@ -64,8 +68,8 @@ type Tombstone struct {
 	Until time.Time  `json:"until"`
 }
 
-// tombstoneTTL is how long IMDS may keep listing an unassigned address.
-const tombstoneTTL = 10 * time.Minute
+// TombstoneTTL is how long IMDS may keep listing an unassigned address.
+const TombstoneTTL = 10 * time.Minute
 
 // LoadSource decodes the ec2 part of the state; a node that never ran the
 // ec2 source has none.
@@ -134,7 +138,7 @@ func Merge(st *alloc.State, src *SourceState, inst *Instance, now time.Time) int
 			if !slices.Contains(e.Prefixes, p) {
 				e.Prefixes = append(e.Prefixes, p)
 			}
-			addrs = append(addrs, expand(p)...)
+			addrs = append(addrs, Expand(p)...)
 		}
 		for _, a := range addrs {
 			if a == info.PrimaryIP || inPool[a] || src.tombstoned(a, now) {
@@ -146,7 +150,7 @@ func Merge(st *alloc.State, src *SourceState, inst *Instance, now time.Time) int
 		}
 		e.Secondary = max(e.Secondary, len(info.Secondary))
 	}
-	sortPool(st)
+	SortPool(st)
 	return added
 }
 
@@ -165,9 +169,9 @@ func (s *SourceState) upsertENI(info ENIInfo) *ENIState {
 	return &s.ENIs[slices.IndexFunc(s.ENIs, func(e ENIState) bool { return e.ID == info.ID })]
 }
 
-// expand lists the addresses of a delegated /28 prefix: all of them are
+// Expand lists the addresses of a delegated /28 prefix: all of them are
 // usable by pods, the prefix is routed to the ENI as a whole.
-func expand(p netip.Prefix) []netip.Addr {
+func Expand(p netip.Prefix) []netip.Addr {
 	p = p.Masked()
 	n := 1 << (32 - p.Bits())
 	out := make([]netip.Addr, 0, n)
@@ -177,8 +181,50 @@ func expand(p netip.Prefix) []netip.Addr {
 	return out
 }
 
-// sortPool keeps the pool in ENI device order, then address order, so
-// allocation fills the primary ENI first and output is stable.
-func sortPool(st *alloc.State) {
+// SortPool keeps the pool in address order, so output is stable.
+func SortPool(st *alloc.State) {
 	slices.SortStableFunc(st.Pool, func(a, b alloc.PoolAddr) int { return a.IP.Compare(b.IP) })
+}
+
+// Instance is what IMDS says about this node.
+type Instance struct {
+	ID, Type, AZ string
+	PrimaryMAC   string
+	ENIs         []ENIInfo // by device number
+}
+
+// Region is the AZ without its letter.
+func (i *Instance) Region() string {
+	if len(i.AZ) < 2 {
+		return ""
+	}
+	return i.AZ[:len(i.AZ)-1]
+}
+
+// ENIInfo is one attached network interface as IMDS describes it.
+type ENIInfo struct {
+	ID             string
+	MAC            string
+	DeviceNumber   int
+	SubnetID       string
+	SubnetCIDR     netip.Prefix
+	VPCCIDRs       []netip.Prefix
+	PrimaryIP      netip.Addr   // never given to a pod
+	Secondary      []netip.Addr // secondary addresses, in IMDS order
+	Prefixes       []netip.Prefix
+	SecurityGroups []string
+}
+
+// WarmConfig is the pool policy.
+type WarmConfig struct {
+	WarmIPTarget     int // free addresses to keep ready
+	MinimumIPTarget  int // addresses to keep in the pool whatever the use
+	MaxENIs          int // 0: the instance type's limit
+	PrefixDelegation bool
+	SubnetID         string   // for new ENIs; default the primary ENI's
+	SecurityGroupIDs []string // for new ENIs; default the primary ENI's
+	Tags             map[string]string
+	// TrimAfter is how long an address stays in the pool before it may be
+	// given back, so a burst of pods does not make warm flap.
+	TrimAfter time.Duration
 }

@@ -1,4 +1,4 @@
-package gc
+package cri
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/eni-cni/eni-cni/gc"
 	"github.com/eni-cni/eni-cni/gc/crifake"
 )
 
@@ -42,7 +43,7 @@ func TestListSandboxesAllStates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Sandbox{
+	want := []gc.Sandbox{
 		{ID: "sb-ready", PodName: "web-0", PodNamespace: "default", PodUID: "uid-1", Ready: true, CreatedAt: created},
 		{ID: "sb-notready", PodName: "dns-1", PodNamespace: "kube-system", PodUID: "uid-2", Ready: false, CreatedAt: created},
 	}
@@ -194,16 +195,18 @@ func TestQueryRuntime(t *testing.T) {
 	f := crifake.Start(t)
 	c := client(t, f.Endpoint(), time.Second)
 	f.SetSandboxes(crifake.PodSandbox("a", "ns", "p", "u", false, time.Now()))
-	live, err := QueryRuntime(context.Background(), c)
+	live, err := gc.QueryRuntime(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !live.alive(Attachment{ContainerID: "a"}) || live.alive(Attachment{ContainerID: "b"}) {
-		t.Fatal("live set does not match the listing")
+	old := time.Unix(1, 0)
+	plan := gc.MakePlan([]gc.Attachment{{ContainerID: "a", AllocatedAt: old}, {ContainerID: "b", AllocatedAt: old}}, live, time.Now(), gc.Options{})
+	if len(plan.Alive) != 1 || plan.Alive[0].ContainerID != "a" || len(plan.Free) != 1 || plan.Free[0].ContainerID != "b" {
+		t.Fatalf("live set does not match the listing: %+v", plan)
 	}
 
 	f.SetListError(status.Error(codes.Unavailable, "restarting"))
-	live, err = QueryRuntime(context.Background(), c)
+	live, err = gc.QueryRuntime(context.Background(), c)
 	if err == nil || live != nil {
 		t.Fatalf("got %v, %v; want no live set and an error", live, err)
 	}
@@ -211,7 +214,7 @@ func TestQueryRuntime(t *testing.T) {
 		t.Errorf("err = %v, want it to say nothing changed", err)
 	}
 	// Without a live set the planner refuses rather than freeing.
-	p := MakePlan([]Attachment{{ContainerID: "a", AllocatedAt: time.Unix(1, 0)}}, live, time.Now(), Options{Force: true})
+	p := gc.MakePlan([]gc.Attachment{{ContainerID: "a", AllocatedAt: time.Unix(1, 0)}}, live, time.Now(), gc.Options{Force: true})
 	if p.Refused == nil || len(p.Free) != 0 {
 		t.Fatalf("plan with nil live set: %+v", p)
 	}

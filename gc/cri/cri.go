@@ -1,4 +1,8 @@
-package gc
+// Package cri is eni-cni's CRI v1 client: which sandboxes the container
+// runtime knows, over its unix socket, with timeouts and errors that say
+// which misconfiguration it is. It links grpc and the CRI API, so only the
+// gc subcommand imports it, never the CNI hot path.
+package cri
 
 import (
 	"context"
@@ -15,6 +19,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/eni-cni/eni-cni/gc"
 )
 
 // Errors from the CRI client. All of them mean the same thing to a GC: the
@@ -40,29 +46,6 @@ const maxRecvMsgSize = 16 << 20
 
 // criAPIVersion is what kubelet and crictl send in VersionRequest.
 const criAPIVersion = "0.1.0"
-
-// Sandbox is one pod sandbox as the runtime lists it. ID is the identity
-// (CNI_CONTAINERID); the pod fields are metadata for people and logs.
-type Sandbox struct {
-	ID           string
-	PodName      string
-	PodNamespace string
-	PodUID       string
-	Ready        bool // false means NOTREADY, which still owns its IPs
-	CreatedAt    time.Time
-}
-
-// SandboxLister lists every sandbox the runtime knows, in any state.
-type SandboxLister interface {
-	ListSandboxes(ctx context.Context) ([]Sandbox, error)
-}
-
-// RuntimeInfo is the runtime's answer to Version.
-type RuntimeInfo struct {
-	Name       string // e.g. "containerd"
-	Version    string
-	APIVersion string // CRI API version, e.g. "v1"
-}
 
 // Client talks CRI v1 to one runtime over a unix socket.
 type Client struct {
@@ -120,22 +103,22 @@ func (c *Client) dial(ctx context.Context, _ string) (net.Conn, error) {
 
 // Version asks the runtime who it is. It is the cheapest call that proves
 // the socket is a CRI v1 runtime.
-func (c *Client) Version(ctx context.Context) (RuntimeInfo, error) {
+func (c *Client) Version(ctx context.Context) (gc.RuntimeInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	resp, err := c.rt.Version(ctx, &runtimeapi.VersionRequest{Version: criAPIVersion})
 	if err != nil {
-		return RuntimeInfo{}, c.wrap("get cri runtime version", err)
+		return gc.RuntimeInfo{}, c.wrap("get cri runtime version", err)
 	}
 	c.mu.Lock()
 	c.answered = true
 	c.mu.Unlock()
-	return RuntimeInfo{Name: resp.RuntimeName, Version: resp.RuntimeVersion, APIVersion: resp.RuntimeApiVersion}, nil
+	return gc.RuntimeInfo{Name: resp.RuntimeName, Version: resp.RuntimeVersion, APIVersion: resp.RuntimeApiVersion}, nil
 }
 
 // ListSandboxes checks the runtime with Version, then lists all sandboxes
 // without a filter: READY and NOTREADY both own their IPs.
-func (c *Client) ListSandboxes(ctx context.Context) ([]Sandbox, error) {
+func (c *Client) ListSandboxes(ctx context.Context) ([]gc.Sandbox, error) {
 	if _, err := c.Version(ctx); err != nil {
 		return nil, err
 	}
@@ -148,14 +131,14 @@ func (c *Client) ListSandboxes(ctx context.Context) ([]Sandbox, error) {
 	return fromCRI(resp.Items), nil
 }
 
-func fromCRI(items []*runtimeapi.PodSandbox) []Sandbox {
-	out := make([]Sandbox, 0, len(items))
+func fromCRI(items []*runtimeapi.PodSandbox) []gc.Sandbox {
+	out := make([]gc.Sandbox, 0, len(items))
 	for _, it := range items {
 		if it.GetId() == "" {
 			continue // cannot match any attachment
 		}
 		md := it.GetMetadata()
-		out = append(out, Sandbox{
+		out = append(out, gc.Sandbox{
 			ID:           it.GetId(),
 			PodName:      md.GetName(),
 			PodNamespace: md.GetNamespace(),

@@ -1,0 +1,204 @@
+//go:build !lean
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/ec2"
+	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/gc"
+	"github.com/eni-cni/eni-cni/gc/cri"
+	"github.com/eni-cni/eni-cni/netsetup"
+)
+
+// This file is the part of eni-cni that links the CRI client (grpc) and the
+// AWS SDK: the gc and warm subcommands and IMDS reads. The default build
+// includes it. The shipped binary is built with -tags lean and runs these
+// through an embedded copy of the default build (lean.go), so that CNI
+// verbs, which run once per pod, do not pay for initialising those
+// libraries on every exec.
+
+// runFull runs the subcommands that need the CRI client or the AWS SDK.
+func runFull(cmd string, args []string, stdout, stderr io.Writer) error {
+	switch cmd {
+	case "gc":
+		return cmdGCCLI(args, stdout, stderr)
+	case "warm":
+		return cmdWarmCLI(args, stdout, stderr)
+	case "internal":
+		return cmdInternal(args, os.Stdin, stdout)
+	}
+	return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
+}
+
+// imdsRefresh merges what IMDS lists into the store; ADD calls it once when
+// the pool is empty.
+func imdsRefresh(ctx context.Context, cfg *config, mgr *alloc.Manager) (int, error) {
+	_, added, err := ec2.Refresh(ctx, mgr, ec2.NewQuickMetadataClient(cfg.IMDSEndpoint), time.Now())
+	return added, err
+}
+
+// imdsCheck reports whether IMDS can be read (STATUS on an empty pool).
+func imdsCheck(ctx context.Context, cfg *config) error {
+	_, err := ec2.Discover(ctx, ec2.NewQuickMetadataClient(cfg.IMDSEndpoint))
+	return err
+}
+
+// cmdInternal serves the lean binary's delegations: the plugin config on
+// stdin, one JSON line of result on stdout.
+func cmdInternal(args []string, stdin io.Reader, stdout io.Writer) error {
+	if len(args) != 1 {
+		return fmt.Errorf("%w: internal needs one of imds-refresh, imds-check", errUsage)
+	}
+	data, err := io.ReadAll(io.LimitReader(stdin, 1<<20))
+	if err != nil {
+		return err
+	}
+	cfg, err := parseConfig(data)
+	if err != nil {
+		return err
+	}
+	p, err := newPlugin(cfg)
+	if err != nil {
+		return err
+	}
+	// Shorter than the lean parent's deadline, so the parent gets our
+	// message rather than a killed child.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	switch args[0] {
+	case "imds-refresh":
+		n, err := imdsRefresh(ctx, cfg, p.mgr)
+		if err != nil {
+			return err
+		}
+		return json.NewEncoder(stdout).Encode(internalResult{Added: n})
+	case "imds-check":
+		return imdsCheck(ctx, cfg)
+	}
+	return fmt.Errorf("%w: unknown internal command %q", errUsage, args[0])
+}
+
+// eniHost sets up the ENIs that warm attaches.
+type eniHost struct{ mtu int }
+
+func (h eniHost) SetupENI(ctx context.Context, e ec2.ENIState) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	return netsetup.WaitENI(ctx, netsetup.ENILink{MAC: e.MAC, MTU: h.mtu, Table: e.Table(), SubnetCIDR: e.SubnetCIDR, Gateway: e.Gateway()})
+}
+
+func cmdGCCLI(args []string, stdout, stderr io.Writer) error {
+	f := newFlags("gc", stderr)
+	endpoint := f.fs.String("cri-endpoint", "", "CRI socket (default: $CONTAINER_RUNTIME_ENDPOINT, /etc/crictl.yaml, then containerd's and CRI-O's)")
+	grace := f.fs.Duration("grace", 0, "keep allocations younger than this (default: gcGraceSeconds of the config, 600s)")
+	dryRun := f.fs.Bool("dry-run", false, "print what would be freed and change nothing")
+	force := f.fs.Bool("force", false, "free old allocations even when the runtime lists no sandbox at all")
+	timeout := f.fs.Duration("timeout", cri.DefaultTimeout, "timeout of each CRI call")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if *grace < 0 || *timeout <= 0 {
+		return fmt.Errorf("%w: --grace must be >= 0 and --timeout > 0", errUsage)
+	}
+	p, _, err := f.load()
+	if err != nil {
+		return err
+	}
+	opts := gc.Options{Grace: p.cfg.GCGrace, Force: *force, RefuseEmpty: true}
+	f.fs.Visit(func(fl *flag.Flag) {
+		if fl.Name == "grace" {
+			opts.Grace = *grace
+		}
+	})
+	ctx := context.Background()
+	live, err := listRuntime(ctx, *endpoint, *timeout)
+	if err != nil {
+		return err
+	}
+	c, err := p.collect(ctx, live, opts, *dryRun, hostNetwork{p.cfg.VethPrefix})
+	if c == nil {
+		return err
+	}
+	rerr := c.report(stdout, *dryRun)
+	if err != nil {
+		return err
+	}
+	return rerr
+}
+
+// listRuntime asks the CRI runtime which sandboxes exist. It runs before
+// the store is locked: a slow runtime must not stall ADDs.
+func listRuntime(ctx context.Context, endpoint string, timeout time.Duration) (gc.Liveness, error) {
+	ep, err := cri.ResolveEndpoint(endpoint, cri.Lookup{})
+	if err != nil {
+		return nil, err
+	}
+	client, err := cri.NewClient(ep, timeout)
+	if err != nil {
+		return nil, err
+	}
+	defer client.Close()
+	return gc.QueryRuntime(ctx, client)
+}
+
+// warmTimeout bounds one warm pass, EC2 retries included: the timer starts
+// the next one anyway.
+const warmTimeout = 5 * time.Minute
+
+func cmdWarmCLI(args []string, stdout, stderr io.Writer) error {
+	f := newFlags("warm", stderr)
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	p, _, err := f.load()
+	if err != nil {
+		return err
+	}
+	if p.cfg.Source != sourceEC2 {
+		fmt.Fprintf(stdout, "warm: network %q uses a %s pool; nothing to do\n", p.cfg.Network, p.cfg.Source)
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
+	defer cancel()
+	md := ec2.NewMetadataClient(p.cfg.IMDSEndpoint)
+	w := &ec2.Warmer{Mgr: p.mgr, MD: md, Host: eniHost{mtu: p.cfg.MTU}, Cfg: p.cfg.Warm, Out: stdout}
+	region, err := regionOf(ctx, p.mgr, md)
+	if err != nil {
+		return fmt.Errorf("warm: %w", err)
+	}
+	w.API = ec2.NewAPI(p.cfg.EC2Endpoint, region, md)
+	if err := w.Run(ctx); err != nil {
+		return fmt.Errorf("warm: %w", err)
+	}
+	return nil
+}
+
+// regionOf returns the region from the store, discovering the instance
+// through IMDS first on a node that never ran warm.
+func regionOf(ctx context.Context, mgr *alloc.Manager, md ec2.Metadata) (string, error) {
+	st, _, err := mgr.Snapshot(ctx)
+	if err != nil {
+		return "", err
+	}
+	src, err := pool.LoadSource(st)
+	if err != nil {
+		return "", err
+	}
+	if src.AZ == "" {
+		inst, _, err := ec2.Refresh(ctx, mgr, md, time.Now())
+		if err != nil {
+			return "", err
+		}
+		return inst.Region(), nil
+	}
+	return src.AZ[:len(src.AZ)-1], nil
+}

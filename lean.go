@@ -1,0 +1,110 @@
+//go:build lean
+
+package main
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/eni-cni/eni-cni/alloc"
+)
+
+// The shipped binary is this lean build: the CNI verbs and the light
+// subcommands, without the CRI client (grpc) and the AWS SDK, whose package
+// initialisation alone would add milliseconds to every pod's ADD. It
+// carries the full build (the same source without -tags lean) inside it and
+// runs that, from an in-memory file, for what needs those libraries: the gc
+// and warm subcommands (timer-driven) and the rare IMDS reads of ADD and
+// STATUS. `make build` produces embedded/eni-cni-full before this build.
+//
+//go:embed embedded/eni-cni-full
+var fullBinary []byte
+
+// fullExecutable writes the embedded build into a memfd and returns a path
+// the kernel can exec. The fd is left open (and inheritable) on purpose: the
+// path is only valid while it is, in this process and in a child.
+func fullExecutable() (string, error) {
+	if len(fullBinary) == 0 {
+		return "", fmt.Errorf("this eni-cni was built without its full build embedded (use make build)")
+	}
+	fd, err := unix.MemfdCreate("eni-cni-full", 0)
+	if err != nil {
+		return "", fmt.Errorf("memfd for the full build: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "eni-cni-full")
+	if _, err := f.Write(fullBinary); err != nil {
+		f.Close()
+		return "", fmt.Errorf("write the full build to memfd: %w", err)
+	}
+	return fmt.Sprintf("/proc/self/fd/%d", fd), nil
+}
+
+// runFull replaces this process with the full build running the same
+// subcommand, so exit code, stdout and stderr are the full build's own.
+func runFull(cmd string, args []string, _, _ io.Writer) error {
+	path, err := fullExecutable()
+	if err != nil {
+		return err
+	}
+	argv := append([]string{os.Args[0], cmd}, args...)
+	return fmt.Errorf("exec the full build: %w", syscall.Exec(path, argv, os.Environ()))
+}
+
+// runInternal runs `eni-cni internal <what>` of the full build as a child,
+// with the plugin configuration on stdin, and decodes its JSON answer.
+func runInternal(ctx context.Context, cfg *config, what string, out any) error {
+	path, err := fullExecutable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, path, "internal", what)
+	cmd.Env = withoutCNI(os.Environ())
+	cmd.Stdin = bytes.NewReader(cfg.raw)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(stderr.String()), "eni-cni: "))
+		if msg == "" {
+			msg = err.Error()
+		}
+		return fmt.Errorf("%s", msg)
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(stdout.Bytes(), out)
+}
+
+// withoutCNI drops the CNI_* variables so the child runs a subcommand, not
+// a CNI verb.
+func withoutCNI(env []string) []string {
+	out := env[:0:0]
+	for _, e := range env {
+		if !strings.HasPrefix(e, "CNI_") {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func imdsRefresh(ctx context.Context, cfg *config, _ *alloc.Manager) (int, error) {
+	var r internalResult
+	if err := runInternal(ctx, cfg, "imds-refresh", &r); err != nil {
+		return 0, err
+	}
+	return r.Added, nil
+}
+
+func imdsCheck(ctx context.Context, cfg *config) error {
+	return runInternal(ctx, cfg, "imds-check", nil)
+}
