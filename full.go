@@ -17,6 +17,7 @@ import (
 	"github.com/eni-cni/eni-cni/gc"
 	"github.com/eni-cni/eni-cni/gc/cri"
 	"github.com/eni-cni/eni-cni/netsetup"
+	"github.com/eni-cni/eni-cni/netsetup/snat"
 )
 
 // This file is the part of eni-cni that links the CRI client (grpc) and the
@@ -178,6 +179,34 @@ func cmdWarmCLI(args []string, stdout, stderr io.Writer) error {
 	w.API = ec2.NewAPI(p.cfg.EC2Endpoint, region, md)
 	if err := w.Run(ctx); err != nil {
 		return fmt.Errorf("warm: %w", err)
+	}
+	if p.cfg.SNAT {
+		return ensureSNAT(ctx, p.mgr, stdout)
+	}
+	return nil
+}
+
+// ensureSNAT keeps the node's SNAT rules for pod traffic leaving the VPC in
+// place; warm runs it every pass, so a flushed nat table heals itself.
+func ensureSNAT(ctx context.Context, mgr *alloc.Manager, stdout io.Writer) error {
+	st, _, err := mgr.Snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	src, err := pool.LoadSource(st)
+	if err != nil {
+		return err
+	}
+	if len(src.ENIs) == 0 {
+		return fmt.Errorf("warm: snat: no ENI discovered yet")
+	}
+	primary := src.ENIs[0]
+	changed, err := snat.Ensure(primary.VPCCIDRs, primary.PrimaryIP)
+	if err != nil {
+		return fmt.Errorf("warm: snat: %w", err)
+	}
+	if changed {
+		fmt.Fprintf(stdout, "warm: snat: traffic leaving %v now leaves as %s (chain %s)\n", primary.VPCCIDRs, primary.PrimaryIP, snat.Chain)
 	}
 	return nil
 }

@@ -51,10 +51,10 @@ type plugin struct {
 	source poolSource
 }
 
-func (p *plugin) podSpec(a alloc.Allocation, netns string, table int) netsetup.Pod {
+func (p *plugin) podSpec(a alloc.Allocation, netns string, r podRouting) netsetup.Pod {
 	return netsetup.Pod{
 		Netns: netns, IfName: a.IfName, HostVeth: a.HostVeth, IP: a.IP,
-		MTU: p.cfg.MTU, Table: table,
+		MTU: p.cfg.MTU, Table: r.Table, FromDsts: r.FromDsts,
 	}
 }
 
@@ -84,11 +84,11 @@ func (p *plugin) add(ctx context.Context, at attachment) (*current.Result, error
 	if err != nil {
 		return nil, err
 	}
-	table, err := p.source.prepare(a, source)
+	routing, err := p.source.prepare(a, source)
 	if err != nil {
 		return nil, p.undo(ctx, at, a, err)
 	}
-	spec := p.podSpec(a, at.Netns, table)
+	spec := p.podSpec(a, at.Netns, routing)
 	if existed {
 		if links, err := p.wire.Check(spec); err == nil {
 			return p.result(a, at.Netns, links), nil
@@ -164,7 +164,7 @@ func (p *plugin) check(ctx context.Context, at attachment, prev *current.Result)
 	if prev != nil && !resultHasIP(prev, a.IP) {
 		return fmt.Errorf("check %s: %w: allocation holds %s", at.Key, errPrevResult, a.IP)
 	}
-	if _, err := p.wire.Check(p.podSpec(a, at.Netns, p.source.table(a, source))); err != nil {
+	if _, err := p.wire.Check(p.podSpec(a, at.Netns, p.source.routing(a, source))); err != nil {
 		return fmt.Errorf("check %s (%s): %w", at.Key, a.IP, err)
 	}
 	return nil

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
@@ -13,11 +14,11 @@ import (
 // poolSource is what differs between pool sources when serving CNI verbs.
 type poolSource interface {
 	// prepare readies the node for address a (for ec2: its ENI's link and
-	// route table) and returns the table of the pod's `from` rule, 0 for
-	// none. source is State.Source as read with the allocation.
-	prepare(a alloc.Allocation, source []byte) (table int, err error)
-	// table is prepare without changing anything, for CHECK.
-	table(a alloc.Allocation, source []byte) int
+	// route table) and says how the pod's traffic is routed. source is
+	// State.Source as read with the allocation.
+	prepare(a alloc.Allocation, source []byte) (podRouting, error)
+	// routing is prepare without changing anything, for CHECK.
+	routing(a alloc.Allocation, source []byte) podRouting
 	// refresh looks for addresses the store does not know yet, once, when
 	// the pool is empty; it returns how many it added.
 	refresh(ctx context.Context) (int, error)
@@ -27,13 +28,21 @@ type poolSource interface {
 	exhausted(err error) error
 }
 
+// podRouting is the policy routing of a pod address: the table of its
+// `from` rule (0: none, the main table) and, with SNAT, the destinations the
+// rule is limited to.
+type podRouting struct {
+	Table    int
+	FromDsts []netip.Prefix
+}
+
 // staticSource is a pool of configured ranges on the node's own network.
 type staticSource struct{ pool alloc.Pool }
 
-func (s staticSource) prepare(alloc.Allocation, []byte) (int, error) { return 0, nil }
-func (s staticSource) table(alloc.Allocation, []byte) int            { return 0 }
-func (s staticSource) refresh(context.Context) (int, error)          { return 0, nil }
-func (s staticSource) exhausted(err error) error                     { return err }
+func (s staticSource) prepare(alloc.Allocation, []byte) (podRouting, error) { return podRouting{}, nil }
+func (s staticSource) routing(alloc.Allocation, []byte) podRouting          { return podRouting{} }
+func (s staticSource) refresh(context.Context) (int, error)                 { return 0, nil }
+func (s staticSource) exhausted(err error) error                            { return err }
 func (s staticSource) ready(_ context.Context, st *alloc.State) error {
 	if s.pool.Size(st) == 0 {
 		return fmt.Errorf("%w: the static pool has no addresses", errNotReady)
@@ -60,24 +69,38 @@ func (s ec2Source) eni(a alloc.Allocation, source []byte) (pool.ENIState, error)
 	return e, nil
 }
 
-func (s ec2Source) prepare(a alloc.Allocation, source []byte) (int, error) {
+func (s ec2Source) prepare(a alloc.Allocation, source []byte) (podRouting, error) {
 	e, err := s.eni(a, source)
 	if err != nil || e.Table() == 0 {
-		return 0, err
+		return podRouting{}, err
 	}
 	link := netsetup.ENILink{MAC: e.MAC, MTU: s.cfg.MTU, Table: e.Table(), SubnetCIDR: e.SubnetCIDR, Gateway: e.Gateway()}
 	if err := netsetup.EnsureENI(link); err != nil {
-		return 0, fmt.Errorf("set up %s (%s) for %s: %w", e.ID, e.MAC, a.IP, err)
+		return podRouting{}, fmt.Errorf("set up %s (%s) for %s: %w", e.ID, e.MAC, a.IP, err)
 	}
-	return e.Table(), nil
+	return s.routingOf(e), nil
 }
 
-func (s ec2Source) table(a alloc.Allocation, source []byte) int {
+func (s ec2Source) routing(a alloc.Allocation, source []byte) podRouting {
 	e, err := s.eni(a, source)
 	if err != nil {
-		return 0
+		return podRouting{}
 	}
-	return e.Table()
+	return s.routingOf(e)
+}
+
+// routingOf: a pod on a secondary ENI sends through that ENI; with SNAT,
+// only traffic to the VPC does, and the rest leaves through the primary ENI
+// under the node's address.
+func (s ec2Source) routingOf(e pool.ENIState) podRouting {
+	if e.Table() == 0 {
+		return podRouting{}
+	}
+	r := podRouting{Table: e.Table()}
+	if s.cfg.SNAT {
+		r.FromDsts = e.VPCCIDRs
+	}
+	return r
 }
 
 func (s ec2Source) refresh(ctx context.Context) (int, error) {

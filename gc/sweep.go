@@ -14,6 +14,7 @@ type HostRule struct {
 	Priority int
 	Table    int
 	From     bool
+	Dst      netip.Prefix // of a `from` rule limited to a destination
 }
 
 // HostRoute is a /32 route to a pod address through one of our veths.

@@ -47,6 +47,7 @@ type PodRule struct {
 	Priority int
 	Table    int
 	From     bool
+	Dst      netip.Prefix // of a `from` rule limited to a destination
 }
 
 // OurRules lists the rules at our priorities that match a single address.
@@ -74,7 +75,14 @@ func OurRules() ([]PodRule, error) {
 		if !ok {
 			continue
 		}
-		out = append(out, PodRule{IP: ip, Priority: r.Priority, Table: r.Table, From: from})
+		pr := PodRule{IP: ip, Priority: r.Priority, Table: r.Table, From: from}
+		if from && r.Dst != nil {
+			if a, ok := netip.AddrFromSlice(r.Dst.IP.To4()); ok {
+				ones, _ := r.Dst.Mask.Size()
+				pr.Dst = netip.PrefixFrom(a, ones)
+			}
+		}
+		out = append(out, pr)
 	}
 	return out, nil
 }
@@ -83,7 +91,7 @@ func OurRules() ([]PodRule, error) {
 func DeleteRule(r PodRule) error {
 	rule := toPodRule(r.IP)
 	if r.From {
-		rule = fromPodRule(r.IP, r.Table)
+		rule = fromPodRule(r.IP, r.Table, r.Dst)
 	}
 	rule.Table = r.Table
 	if err := netlink.RuleDel(rule); err != nil && !isNotFound(err) {

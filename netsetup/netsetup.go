@@ -52,6 +52,10 @@ type Pod struct {
 	// Table is the route table of the secondary ENI that holds IP, or 0
 	// when the address is on the primary ENI or comes from a static pool.
 	Table int
+	// FromDsts limits the `from IP lookup Table` rule to these
+	// destinations (the VPC's CIDRs when the node SNATs the rest through
+	// the primary ENI); empty means all traffic from IP uses Table.
+	FromDsts []netip.Prefix
 }
 
 // Links are the MAC addresses of a wired attachment, for the CNI result.
@@ -181,9 +185,16 @@ func configureHost(p Pod, host netlink.Link) error {
 	if err := addRule(toPodRule(p.IP)); err != nil {
 		return fmt.Errorf("add rule to %s lookup main: %w", p.IP, err)
 	}
-	if p.Table != 0 {
-		if err := addRule(fromPodRule(p.IP, p.Table)); err != nil {
-			return fmt.Errorf("add rule from %s lookup %d: %w", p.IP, p.Table, err)
+	if p.Table == 0 {
+		return nil
+	}
+	dsts := p.FromDsts
+	if len(dsts) == 0 {
+		dsts = []netip.Prefix{{}}
+	}
+	for _, d := range dsts {
+		if err := addRule(fromPodRule(p.IP, p.Table, d)); err != nil {
+			return fmt.Errorf("add rule from %s to %s lookup %d: %w", p.IP, d, p.Table, err)
 		}
 	}
 	return nil
@@ -198,9 +209,13 @@ func toPodRule(ip netip.Addr) *netlink.Rule {
 	return r
 }
 
-func fromPodRule(ip netip.Addr, table int) *netlink.Rule {
+// fromPodRule is `from ip [to dst] lookup table`; dst is optional.
+func fromPodRule(ip netip.Addr, table int, dst netip.Prefix) *netlink.Rule {
 	r := netlink.NewRule()
 	r.Src = hostNet(ip)
+	if dst.IsValid() {
+		r.Dst = &net.IPNet{IP: dst.Masked().Addr().AsSlice(), Mask: net.CIDRMask(dst.Bits(), 32)}
+	}
 	r.Table = table
 	r.Priority = RulePriorityFromPod
 	r.Family = unix.AF_INET

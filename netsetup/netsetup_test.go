@@ -1,0 +1,93 @@
+package netsetup
+
+import (
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+func TestHostVethName(t *testing.T) {
+	a := HostVethName("eni", "3f2a", "eth0")
+	if len(a) != 15 || !strings.HasPrefix(a, "eni") || !IsOurVeth("eni", a) {
+		t.Errorf("%q", a)
+	}
+	if a == HostVethName("eni", "3f2a", "eth1") || a != HostVethName("eni", "3f2a", "eth0") {
+		t.Error("name must be a function of (containerID, ifname)")
+	}
+	for _, n := range []string{"eni0", "enifoo", "eniZZZZZZZZZZZZ", "ens5", HostVethName("pod", "x", "eth0")} {
+		if IsOurVeth("eni", n) {
+			t.Errorf("IsOurVeth(%q)", n)
+		}
+	}
+}
+
+// TestSetupFromRulesAndTeardown wires a pod on a "secondary ENI" table with
+// SNAT-limited from rules in throwaway namespaces, then tears it down by
+// name after the pod's namespace is gone.
+func TestSetupFromRulesAndTeardown(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: network namespaces")
+	}
+	node, err := testutils.NewNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { node.Close(); testutils.UnmountNS(node) })
+	pod, err := testutils.NewNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	podPath := pod.Path()
+	ip := netip.MustParseAddr("10.0.5.7")
+	p := Pod{Netns: podPath, IfName: "eth0", HostVeth: HostVethName("eni", "t1", "eth0"), IP: ip, MTU: 9001, Table: 3,
+		FromDsts: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16"), netip.MustParsePrefix("100.64.0.0/16")}}
+	err = node.Do(func(ns.NetNS) error {
+		if _, err := Setup(p); err != nil {
+			t.Fatalf("Setup: %v", err)
+		}
+		rules, _ := OurRules()
+		var from []string
+		for _, r := range rules {
+			if r.From {
+				from = append(from, r.Dst.String())
+				if r.Table != 3 || r.Priority != RulePriorityFromPod {
+					t.Errorf("from rule %+v", r)
+				}
+			}
+		}
+		if strings.Join(from, ",") != "10.0.0.0/16,100.64.0.0/16" && strings.Join(from, ",") != "100.64.0.0/16,10.0.0.0/16" {
+			t.Errorf("from rules to %v, want the two VPC CIDRs", from)
+		}
+		if _, err := Check(p); err != nil {
+			t.Errorf("Check after Setup: %v", err)
+		}
+		pod.Close()
+		testutils.UnmountNS(pod) // the pod is gone; DEL has only names
+		if err := Teardown(p.HostVeth, ip); err != nil {
+			t.Fatalf("Teardown: %v", err)
+		}
+		rules, _ = OurRules()
+		if len(rules) != 0 {
+			t.Errorf("rules left: %+v", rules)
+		}
+		if _, err := netlink.LinkByName(p.HostVeth); err == nil {
+			t.Error("host veth left")
+		}
+		routes, _ := netlink.RouteList(nil, unix.AF_INET)
+		for _, r := range routes {
+			if r.Dst != nil && r.Dst.IP.Equal(ip.AsSlice()) {
+				t.Errorf("route left: %v", r)
+			}
+		}
+		return Teardown(p.HostVeth, ip) // twice is fine
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
