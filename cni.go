@@ -266,7 +266,7 @@ func toCNIError(err error) *types.Error {
 		code = types.ErrInvalidNetNS
 	case errors.Is(err, errNotReady):
 		code = types.ErrPluginNotAvailable
-	case errors.Is(err, alloc.ErrLockTimeout), errors.Is(err, alloc.ErrPoolExhausted):
+	case errors.Is(err, alloc.ErrLockTimeout), errors.Is(err, alloc.ErrPoolExhausted), errors.Is(err, netsetup.ErrNoLink):
 		code = types.ErrTryAgainLater
 	case errors.Is(err, errNoAllocation):
 		code = types.ErrUnknownContainer

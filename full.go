@@ -172,7 +172,7 @@ func cmdWarmCLI(args []string, stdout, stderr io.Writer) error {
 	defer cancel()
 	md := ec2.NewMetadataClient(p.cfg.IMDSEndpoint)
 	w := &ec2.Warmer{Mgr: p.mgr, MD: md, Host: eniHost{mtu: p.cfg.MTU}, Cfg: p.cfg.Warm, Out: stdout}
-	region, err := regionOf(ctx, p.mgr, md)
+	region, err := regionOf(ctx, p.mgr, md, stdout)
 	if err != nil {
 		return fmt.Errorf("warm: %w", err)
 	}
@@ -213,7 +213,7 @@ func ensureSNAT(ctx context.Context, mgr *alloc.Manager, stdout io.Writer) error
 
 // regionOf returns the region from the store, discovering the instance
 // through IMDS first on a node that never ran warm.
-func regionOf(ctx context.Context, mgr *alloc.Manager, md ec2.Metadata) (string, error) {
+func regionOf(ctx context.Context, mgr *alloc.Manager, md ec2.Metadata, out io.Writer) (string, error) {
 	st, _, err := mgr.Snapshot(ctx)
 	if err != nil {
 		return "", err
@@ -223,10 +223,11 @@ func regionOf(ctx context.Context, mgr *alloc.Manager, md ec2.Metadata) (string,
 		return "", err
 	}
 	if src.AZ == "" {
-		inst, _, err := ec2.Refresh(ctx, mgr, md, time.Now())
+		inst, added, err := ec2.Refresh(ctx, mgr, md, time.Now())
 		if err != nil {
 			return "", err
 		}
+		fmt.Fprintf(out, "warm: discovered %s (%s) with %d ENIs; %d addresses added to the pool\n", inst.ID, inst.Type, len(inst.ENIs), added)
 		return inst.Region(), nil
 	}
 	return src.AZ[:len(src.AZ)-1], nil

@@ -73,6 +73,9 @@ func runInternal(ctx context.Context, cfg *config, what string, out any) error {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("instance metadata did not answer in time (%s): %w", what, ctx.Err())
+		}
 		msg := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(stderr.String()), "eni-cni: "))
 		if msg == "" {
 			msg = err.Error()

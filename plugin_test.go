@@ -235,6 +235,7 @@ func TestToCNIErrorCodes(t *testing.T) {
 		{netsetup.ErrNetNS, types.ErrInvalidNetNS},
 		{alloc.ErrLockTimeout, types.ErrTryAgainLater},
 		{alloc.ErrPoolExhausted, types.ErrTryAgainLater},
+		{netsetup.ErrNoLink, types.ErrTryAgainLater},
 		{alloc.ErrCorrupt, types.ErrIOFailure},
 		{alloc.ErrUnsupportedVersion, types.ErrIOFailure},
 		{errNotReady, types.ErrPluginNotAvailable},
