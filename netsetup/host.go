@@ -106,31 +106,42 @@ type PodRoute struct {
 	Veth string
 }
 
-// OurRoutes lists /32 routes in the main table whose device is one of veths.
+// OurRoutes lists /32 routes in the main table whose device is one of
+// veths, with one dump of the table (not one per veth: a node with hundreds
+// of pods would make hundreds of netlink calls).
 func OurRoutes(veths []string) ([]PodRoute, error) {
+	if len(veths) == 0 {
+		return nil, nil
+	}
+	byIndex := make(map[int]string, len(veths))
+	links, err := netlinksafe.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("list links: %w", err)
+	}
+	want := make(map[string]bool, len(veths))
+	for _, v := range veths {
+		want[v] = true
+	}
+	for _, l := range links {
+		if want[l.Attrs().Name] {
+			byIndex[l.Attrs().Index] = l.Attrs().Name
+		}
+	}
+	routes, err := netlinksafe.RouteListFiltered(unix.AF_INET, &netlink.Route{Table: mainTable}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return nil, fmt.Errorf("list routes: %w", err)
+	}
 	var out []PodRoute
-	for _, name := range veths {
-		link, err := netlinksafe.LinkByName(name)
-		if err != nil {
-			if isNotFound(err) {
-				continue
-			}
-			return nil, fmt.Errorf("find %s: %w", name, err)
+	for _, r := range routes {
+		name, ok := byIndex[r.LinkIndex]
+		if !ok || r.Dst == nil {
+			continue
 		}
-		routes, err := netlinksafe.RouteList(link, unix.AF_INET)
-		if err != nil {
-			return nil, fmt.Errorf("list routes of %s: %w", name, err)
+		if ones, _ := r.Dst.Mask.Size(); ones != 32 {
+			continue
 		}
-		for _, r := range routes {
-			if r.Dst == nil {
-				continue
-			}
-			if ones, _ := r.Dst.Mask.Size(); ones != 32 {
-				continue
-			}
-			if ip, ok := netip.AddrFromSlice(r.Dst.IP.To4()); ok {
-				out = append(out, PodRoute{IP: ip, Veth: name})
-			}
+		if ip, ok := netip.AddrFromSlice(r.Dst.IP.To4()); ok {
+			out = append(out, PodRoute{IP: ip, Veth: name})
 		}
 	}
 	return out, nil
