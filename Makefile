@@ -6,6 +6,8 @@ GO      ?= go
 LDFLAGS := -s -w -X main.version=$(VERSION)
 # Where scripts/install-test-deps.sh puts reference plugins, crictl, etc.
 export ENI_CNI_TOOLS ?= /opt/eni-cni-test
+# Tests keep the unpacked full build (lean.go) in the work tree, not in /var/lib.
+export ENI_CNI_CACHE_DIR ?= $(CURDIR)/_out/cache
 
 .PHONY: build demo test test-unit test-privileged test-e2e deps lint bench install clean
 
@@ -13,6 +15,7 @@ export ENI_CNI_TOOLS ?= /opt/eni-cni-test
 # SDK) with the full build embedded for gc, warm and IMDS reads (lean.go).
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o embedded/eni-cni-full .
+	sha256sum embedded/eni-cni-full | cut -d' ' -f1 > embedded/eni-cni-full.sha256
 	CGO_ENABLED=0 $(GO) build -trimpath -tags lean -ldflags "$(LDFLAGS)" -o $(BIN) .
 
 # A throwaway node namespace, a few pods on the static pool, ping, DEL, cleanup.

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -30,13 +31,74 @@ import (
 //go:embed embedded/eni-cni-full
 var fullBinary []byte
 
-// fullExecutable writes the embedded build into a memfd and returns a path
-// the kernel can exec. The fd is left open (and inheritable) on purpose: the
-// path is only valid while it is, in this process and in a child.
+// fullDigest is the sha256 of fullBinary, computed by `make build`: hashing
+// tens of megabytes at run time would cost more than it saves.
+//
+//go:embed embedded/eni-cni-full.sha256
+var fullDigest string
+
+// defaultCacheDir holds the unpacked full build, so gc and warm (every
+// minute) do not copy it out of this binary each time. Root only.
+const defaultCacheDir = "/var/lib/eni-cni/.bin"
+
+// fullExecutable returns a path of the full build the kernel can exec: the
+// cached copy, written once per build, or else an in-memory file.
 func fullExecutable() (string, error) {
 	if len(fullBinary) == 0 {
 		return "", fmt.Errorf("this eni-cni was built without its full build embedded (use make build)")
 	}
+	if path, err := cachedFull(); err == nil {
+		return path, nil
+	}
+	return memfdFull()
+}
+
+// cachedFull returns the cached full build, writing it first if needed.
+// The name carries the build's digest, so an upgrade never runs an old one;
+// the file is written to a temporary name and renamed, so a crash never
+// leaves a truncated one under the final name.
+func cachedFull() (path string, err error) {
+	dir := os.Getenv("ENI_CNI_CACHE_DIR")
+	if dir == "" {
+		dir = defaultCacheDir
+	}
+	digest := strings.TrimSpace(fullDigest)
+	if len(digest) < 16 {
+		return "", fmt.Errorf("no digest of the full build")
+	}
+	path = filepath.Join(dir, "eni-cni-full-"+digest[:16])
+	if fi, err := os.Stat(path); err == nil && fi.Size() == int64(len(fullBinary)) && fi.Mode().Perm() == 0o700 {
+		return path, nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	f, err := os.CreateTemp(dir, ".eni-cni-full-*")
+	if err != nil {
+		return "", err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if _, err = f.Write(fullBinary); err != nil {
+		return "", err
+	}
+	if err = f.Chmod(0o700); err != nil {
+		return "", err
+	}
+	if err = f.Close(); err != nil {
+		return "", err
+	}
+	return path, os.Rename(f.Name(), path)
+}
+
+// memfdFull writes the embedded build into a memfd and returns a path the
+// kernel can exec. The fd is left open (and inheritable) on purpose: the
+// path is only valid while it is, in this process and in a child.
+func memfdFull() (string, error) {
 	fd, err := unix.MemfdCreate("eni-cni-full", 0)
 	if err != nil {
 		return "", fmt.Errorf("memfd for the full build: %w", err)
