@@ -1,0 +1,209 @@
+// Command bench is the benchmark harness behind `make bench`.
+//
+// It times eni-cni (static pool) against the reference ptp + host-local
+// plugins doing the same work, in network namespaces it creates: a "node"
+// namespace per plugin and "pod" namespaces, all named ecnibench-<pid>-*.
+// Every plugin call is a fork/exec from an OS thread that the harness has
+// moved into the node namespace (no nsenter), with the network config on
+// stdin and CNI_* in the environment, as a runtime does. Calls of the two
+// plugins are interleaved, alternating which goes first, so noise from other
+// jobs on the machine hits both alike.
+//
+// Phases: exec floor (VERSION), sequential ADD/CHECK/DEL, bursts of
+// concurrent ADDs and DELs, DEL after the netns is gone, an optional perf
+// profile of exec'ed ADDs, `eni-cni gc`/GC verb/`list` against an in-process
+// CRI fake, EC2 call counts from the in-process EC2 fake, and an in-process
+// pprof CPU profile of the ADD code path. Results: a table on stdout, and
+// samples.csv, results.json, table.txt, the profiles and BENCHMARKS.md.
+//
+// Run as root from the repository root: go run ./scripts/bench -h
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// config is the command line.
+type config struct {
+	eniBin      string
+	tools       string
+	repo        string
+	out         string
+	md          string
+	workRoot    string
+	goCmd       string
+	install     bool
+	sharedNode  bool
+	n           int
+	burst       int
+	burstRounds int
+	gone        int
+	execN       int
+	gcAllocs    int
+	gcSandboxes int
+	gcDead      int
+	gcReps      int
+	gcRounds    int
+	profileAdds int
+	perfN       int
+	cooldown    float64
+	mtu         int
+	quick       bool
+}
+
+func parseFlags(args []string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	tools := os.Getenv("ENI_CNI_TOOLS")
+	if tools == "" {
+		tools = "/opt/eni-cni-test"
+	}
+	fs.StringVar(&c.eniBin, "eni-cni", "bin/eni-cni", "eni-cni binary to time (make build)")
+	fs.StringVar(&c.tools, "tools", tools, "tools root of scripts/install-test-deps.sh; reference plugins in <tools>/bin")
+	fs.StringVar(&c.repo, "repo", ".", "repository root (for scripts/install-test-deps.sh and the perf build)")
+	fs.StringVar(&c.out, "out", "_out/bench", "output directory (samples, profiles, table)")
+	fs.StringVar(&c.md, "md", "BENCHMARKS.md", "markdown report to write (empty: none)")
+	fs.StringVar(&c.workRoot, "work-root", "/var/tmp", "where the throwaway state dirs go (a disk-backed filesystem, like /var/lib)")
+	fs.StringVar(&c.goCmd, "go", "go", "go command (builds the trivial binary and the perf copy, runs pprof)")
+	fs.BoolVar(&c.install, "install", true, "run scripts/install-test-deps.sh first (installs ptp, host-local, ...)")
+	fs.BoolVar(&c.sharedNode, "shared-node", false, "run both plugins in one node namespace instead of one each")
+	fs.IntVar(&c.n, "n", 200, "sequential pods per plugin (ADD all, CHECK all, DEL all)")
+	fs.IntVar(&c.burst, "burst", 50, "concurrent ADDs (then DELs) per burst")
+	fs.IntVar(&c.burstRounds, "burst-rounds", 3, "bursts per plugin")
+	fs.IntVar(&c.gone, "gone", 50, "DELs with the netns gone, per plugin")
+	fs.IntVar(&c.execN, "exec-n", 200, "VERSION execs per binary")
+	fs.IntVar(&c.gcAllocs, "gc-allocs", 250, "allocations in the store for gc and list")
+	fs.IntVar(&c.gcSandboxes, "gc-sandboxes", 1000, "sandboxes the fake CRI runtime lists")
+	fs.IntVar(&c.gcDead, "gc-dead", 50, "allocations whose sandbox is not listed (freed by gc)")
+	fs.IntVar(&c.gcReps, "gc-reps", 10, "repetitions of gc --dry-run and list")
+	fs.IntVar(&c.gcRounds, "gc-rounds", 3, "rounds of freeing gc and of the GC verb")
+	fs.IntVar(&c.profileAdds, "profile-adds", 2000, "in-process ADDs under the pprof CPU profile (0: skip)")
+	fs.IntVar(&c.perfN, "perf-n", 100, "exec'ed ADDs per plugin under perf record -a, if perf is installed (0: skip)")
+	fs.Float64Var(&c.cooldown, "cooldown", 1, "eni-cni cooldownSeconds (the default 30 would exhaust the /24 between phases)")
+	fs.IntVar(&c.mtu, "mtu", 9001, "MTU of both plugins")
+	fs.BoolVar(&c.quick, "quick", false, "small counts for a quick check (explicit flags still win)")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if c.quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		quick := map[string]*int{"n": &c.n, "burst": &c.burst, "burst-rounds": &c.burstRounds, "gone": &c.gone,
+			"exec-n": &c.execN, "gc-reps": &c.gcReps, "gc-rounds": &c.gcRounds, "profile-adds": &c.profileAdds, "perf-n": &c.perfN}
+		vals := map[string]int{"n": 40, "burst": 20, "burst-rounds": 2, "gone": 10, "exec-n": 40, "gc-reps": 3,
+			"gc-rounds": 1, "profile-adds": 300, "perf-n": 20}
+		for k, p := range quick {
+			if !set[k] {
+				*p = vals[k]
+			}
+		}
+	}
+	switch {
+	case c.n < 10 || c.n > 250:
+		return c, errors.New("-n must be 10..250 (the pods share a /24)")
+	case c.burst < 1 || c.burst > 250 || c.burstRounds < 1:
+		return c, errors.New("-burst must be 1..250 and -burst-rounds >= 1")
+	case c.gcAllocs < 1 || c.gcAllocs > 250 || c.gcDead > c.gcAllocs || c.gcSandboxes < c.gcAllocs-c.gcDead:
+		return c, errors.New("-gc-allocs must be 1..250, -gc-dead <= -gc-allocs, -gc-sandboxes >= live allocations")
+	case c.gone < 1 || c.execN < 1 || c.gcReps < 1 || c.gcRounds < 1:
+		return c, errors.New("-gone, -exec-n, -gc-reps and -gc-rounds must be >= 1")
+	}
+	return c, nil
+}
+
+func main() {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(childMain())
+	}
+	os.Exit(run())
+}
+
+func run() int {
+	cfg, err := parseFlags(os.Args[1:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		return 2
+	}
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "bench: needs root (network namespaces)")
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	b := newBench(cfg)
+	defer b.cleanup() // also runs while a panic of this goroutine unwinds
+	if err := b.run(ctx); err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("interrupted: %w", err)
+		}
+		b.logf("FAILED: %v", err)
+		return 1
+	}
+	return 0
+}
+
+// run is the whole benchmark; cleanup is deferred by the caller.
+func (b *bench) run(ctx context.Context) error {
+	b.start = time.Now()
+	if err := b.prepare(ctx); err != nil {
+		return err
+	}
+	phases := []struct {
+		name string
+		fn   func(context.Context) error
+	}{
+		{"exec floor (VERSION)", b.phaseExecFloor},
+		{"sequential ADD, CHECK, DEL", b.phaseSequential},
+		{"peak RSS (GNU time)", b.phaseRSS},
+		{"bursts", b.phaseBurst},
+		{"DEL with the netns gone", b.phaseGone},
+		{"perf record of exec'ed ADDs", b.phasePerf},
+		{"gc and list", b.phaseGC},
+		{"EC2 call counts", b.phaseEC2},
+		{"pprof of the ADD code path", b.phaseProfile},
+	}
+	for _, p := range phases {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		b.logf("phase: %s", p.name)
+		t0 := time.Now()
+		if err := p.fn(ctx); err != nil {
+			return fmt.Errorf("%s: %w", p.name, err)
+		}
+		b.res.PhaseSeconds = append(b.res.PhaseSeconds, phaseTime{p.name, time.Since(t0).Seconds()})
+	}
+	b.res.LoadEnd = loadAvg()
+	return b.report()
+}
+
+// logf prints a progress line with the time since start.
+func (b *bench) logf(format string, args ...any) {
+	el := time.Since(b.start).Round(100 * time.Millisecond)
+	if b.start.IsZero() {
+		el = 0
+	}
+	fmt.Fprintf(os.Stderr, "bench [%6s] %s\n", el, fmt.Sprintf(format, args...))
+}
+
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
+}
+
+func goVersion() string { return strings.TrimPrefix(runtime.Version(), "go") }
