@@ -106,31 +106,58 @@ func (p *plugin) collect(ctx context.Context, live gc.Liveness, opts gc.Options,
 	return c, nil
 }
 
-// free tears down and releases the planned attachments.
+// free tears down and releases the planned attachments, in the order DEL
+// uses but batched: unroute all (one listing of the rules), release all
+// (one save), then delete all their veths (one kernel request).
 func (p *plugin) free(ctx context.Context, c *collection, held map[alloc.Key]alloc.Allocation) {
-	var torn []alloc.Held
-	tornDead := map[alloc.Key]gc.Dead{}
+	var unrouted []alloc.Allocation
 	for _, d := range c.Plan.Free {
-		a := held[keyOf(d.Attachment)]
-		if err := p.wire.Teardown(a.HostVeth, a.IP); err != nil {
-			// Keep the address allocated: it may still be routed to the old veth.
-			c.Errors = append(c.Errors, fmt.Errorf("tear down %s (%s): %w", a.Key, a.IP, err))
-			continue
-		}
-		torn = append(torn, alloc.Held{Key: a.Key, IP: a.IP})
-		tornDead[a.Key] = d
+		unrouted = append(unrouted, held[keyOf(d.Attachment)])
 	}
-	if len(torn) == 0 {
+	if err := p.wire.Unroute(attachmentsOf(unrouted)); err != nil {
+		// Find out which failed: those keep their address, as they may
+		// still be routed to the old veth.
+		ok := unrouted[:0:0]
+		for _, a := range unrouted {
+			if err := p.wire.Unroute(attachmentsOf([]alloc.Allocation{a})); err != nil {
+				c.Errors = append(c.Errors, fmt.Errorf("tear down %s (%s): %w", a.Key, a.IP, err))
+				continue
+			}
+			ok = append(ok, a)
+		}
+		unrouted = ok
+	}
+	if len(unrouted) == 0 {
 		return
 	}
-	released, err := p.mgr.ReleaseAll(ctx, torn)
+	held2 := make([]alloc.Held, len(unrouted))
+	dead := make(map[alloc.Key]gc.Dead, len(c.Plan.Free))
+	for _, d := range c.Plan.Free {
+		dead[keyOf(d.Attachment)] = d
+	}
+	veths := make([]string, len(unrouted))
+	for i, a := range unrouted {
+		held2[i] = alloc.Held{Key: a.Key, IP: a.IP}
+		veths[i] = a.HostVeth
+	}
+	released, err := p.mgr.ReleaseAll(ctx, held2)
 	if err != nil {
 		c.Errors = append(c.Errors, err)
-		return
 	}
 	for _, a := range released {
-		c.Freed = append(c.Freed, tornDead[a.Key])
+		c.Freed = append(c.Freed, dead[a.Key])
 	}
+	if err := p.wire.DeleteVeths(veths...); err != nil {
+		c.Errors = append(c.Errors, fmt.Errorf("delete host veths: %w", err))
+	}
+}
+
+func attachmentsOf(as []alloc.Allocation) []netsetup.Attachment {
+	out := make([]netsetup.Attachment, len(as))
+	for i, a := range as {
+		out[i] = netsetup.Attachment{HostVeth: a.HostVeth, IP: a.IP}
+	}
+	return out
 }
 
 // ours keeps only what belongs to this network: rules for addresses of its

@@ -162,7 +162,7 @@ func TestCollectRefusesEmptyListingAndDryRun(t *testing.T) {
 
 func TestCollectTeardownFailureKeepsAddress(t *testing.T) {
 	p, w, s, host := gcFixture(t)
-	w.tearErr = errors.New("busy")
+	w.unrouteErr = errors.New("busy")
 	c, err := p.collect(context.Background(), gc.FromSandboxes([]gc.Sandbox{{ID: "alive"}}), gc.Options{Grace: time.Minute, RefuseEmpty: true}, false, host)
 	if err != nil {
 		t.Fatal(err)

@@ -19,7 +19,16 @@ import (
 type wirer interface {
 	Setup(netsetup.Pod) (netsetup.Links, error)
 	Check(netsetup.Pod) (netsetup.Links, error)
-	Teardown(hostVeth string, ip netip.Addr) error
+	// Unroute removes the host routes and rules of attachments: after it,
+	// their addresses reach the old veths no more.
+	Unroute([]netsetup.Attachment) error
+	// DeleteVeths deletes host veths (slow: the kernel waits for RCU).
+	DeleteVeths(names ...string) error
+}
+
+// teardown removes an attachment's wiring: routes and rules, then the veth.
+func teardown(w wirer, hostVeth string, ip netip.Addr) error {
+	return errors.Join(w.Unroute([]netsetup.Attachment{{HostVeth: hostVeth, IP: ip}}), w.DeleteVeths(hostVeth))
 }
 
 // kernel is the real wirer.
@@ -27,7 +36,8 @@ type kernel struct{}
 
 func (kernel) Setup(p netsetup.Pod) (netsetup.Links, error) { return netsetup.Setup(p) }
 func (kernel) Check(p netsetup.Pod) (netsetup.Links, error) { return netsetup.Check(p) }
-func (kernel) Teardown(v string, ip netip.Addr) error       { return netsetup.Teardown(v, ip) }
+func (kernel) Unroute(a []netsetup.Attachment) error        { return netsetup.Unroute(a) }
+func (kernel) DeleteVeths(names ...string) error            { return netsetup.DeleteVeths(names...) }
 
 // attachment is what a CNI call says about the sandbox being attached.
 type attachment struct {
@@ -94,7 +104,7 @@ func (p *plugin) add(ctx context.Context, at attachment) (*current.Result, error
 			return p.result(a, at.Netns, links), nil
 		}
 		// Incomplete wiring from an ADD that died half-way: start over.
-		if err := p.wire.Teardown(a.HostVeth, a.IP); err != nil {
+		if err := teardown(p.wire, a.HostVeth, a.IP); err != nil {
 			return nil, fmt.Errorf("repair %s: %w", at.Key, err)
 		}
 	}
@@ -140,15 +150,21 @@ func (p *plugin) del(ctx context.Context, k alloc.Key) error {
 		return err
 	}
 	if !found {
-		derived := netsetup.HostVethName(p.cfg.VethPrefix, k.ContainerID, k.IfName)
-		return p.wire.Teardown(derived, netip.Addr{})
+		return p.wire.DeleteVeths(netsetup.HostVethName(p.cfg.VethPrefix, k.ContainerID, k.IfName))
 	}
-	// Free the address only once the old pod's routes and rules are gone,
-	// or a new pod could get an address still routed to the old veth.
-	if err := p.wire.Teardown(a.HostVeth, a.IP); err != nil {
+	// The address may only be freed once nothing routes it to the old
+	// veth, or a new pod could get an address still routed there.
+	if err := p.wire.Unroute([]netsetup.Attachment{{HostVeth: a.HostVeth, IP: a.IP}}); err != nil {
 		return fmt.Errorf("tear down %s (%s): %w", k, a.IP, err)
 	}
+	// From here the veth is only a dead end: release the address (into
+	// cooldown) while the kernel takes its 15–30 ms to delete the veth.
+	deleted := make(chan error, 1)
+	go func() { deleted <- p.wire.DeleteVeths(a.HostVeth) }()
 	_, _, err = p.mgr.Release(ctx, k, a.IP)
+	if verr := <-deleted; verr != nil {
+		err = errors.Join(err, fmt.Errorf("delete host veth of %s: %w", k, verr))
+	}
 	return err
 }
 

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,10 +19,13 @@ import (
 
 // fakeWire models the kernel as a set of wired host veths.
 type fakeWire struct {
-	wired    map[string]netip.Addr // host veth -> pod IP
-	setupErr error
-	tearErr  error
-	torn     []string
+	mu         sync.Mutex
+	wired      map[string]netip.Addr // host veth -> routed pod IP
+	setupErr   error
+	unrouteErr error
+	vethErr    error
+	unrouted   []string
+	torn       []string // veths deleted
 }
 
 func newFakeWire() *fakeWire { return &fakeWire{wired: map[string]netip.Addr{}} }
@@ -32,6 +36,8 @@ var (
 )
 
 func (f *fakeWire) Setup(p netsetup.Pod) (netsetup.Links, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.setupErr != nil {
 		return netsetup.Links{}, f.setupErr
 	}
@@ -40,18 +46,39 @@ func (f *fakeWire) Setup(p netsetup.Pod) (netsetup.Links, error) {
 }
 
 func (f *fakeWire) Check(p netsetup.Pod) (netsetup.Links, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if ip, ok := f.wired[p.HostVeth]; !ok || ip != p.IP {
 		return netsetup.Links{}, netsetup.ErrMismatch
 	}
 	return netsetup.Links{HostMAC: hostMAC, PodMAC: podMAC}, nil
 }
 
-func (f *fakeWire) Teardown(v string, ip netip.Addr) error {
-	f.torn = append(f.torn, v)
-	if f.tearErr != nil {
-		return f.tearErr
+func (f *fakeWire) Unroute(atts []netsetup.Attachment) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.unrouteErr != nil {
+		return f.unrouteErr
 	}
-	delete(f.wired, v)
+	for _, a := range atts {
+		f.unrouted = append(f.unrouted, a.HostVeth)
+		if ip, ok := f.wired[a.HostVeth]; ok && ip == a.IP {
+			f.wired[a.HostVeth] = netip.Addr{} // still there, routed nowhere
+		}
+	}
+	return nil
+}
+
+func (f *fakeWire) DeleteVeths(names ...string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.torn = append(f.torn, names...)
+	if f.vethErr != nil {
+		return f.vethErr
+	}
+	for _, n := range names {
+		delete(f.wired, n)
+	}
 	return nil
 }
 
@@ -171,13 +198,32 @@ func TestDelTeardownFailureKeepsAllocation(t *testing.T) {
 	p, w, s := newTestPlugin(t, "10.99.0.0/24")
 	ctx := context.Background()
 	p.add(ctx, att("c1"))
-	w.tearErr = errors.New("device busy")
+	w.unrouteErr = errors.New("netlink busy")
 	if err := p.del(ctx, att("c1").Key); err == nil {
-		t.Fatal("DEL reported success although teardown failed")
+		t.Fatal("DEL reported success although removing the routes failed")
 	}
 	st, _ := s.Load()
-	if len(st.Allocations) != 1 {
-		t.Error("address freed while still routed to the old veth")
+	if len(st.Allocations) != 1 || len(w.torn) != 0 {
+		t.Error("address freed (or veth deleted) while still routed to the old veth")
+	}
+}
+
+func TestDelVethFailureAfterUnroute(t *testing.T) {
+	p, w, s := newTestPlugin(t, "10.99.0.0/24")
+	ctx := context.Background()
+	p.add(ctx, att("c1"))
+	w.vethErr = errors.New("device busy")
+	err := p.del(ctx, att("c1").Key)
+	if err == nil || !strings.Contains(err.Error(), "device busy") {
+		t.Fatalf("DEL must report the failed veth deletion so the runtime retries: %v", err)
+	}
+	st, _ := s.Load()
+	if len(st.Allocations) != 0 || len(st.Cooling) != 1 {
+		t.Error("an unrouted address is safe to release into cooldown")
+	}
+	w.vethErr = nil
+	if err := p.del(ctx, att("c1").Key); err != nil || w.torn[len(w.torn)-1] != netsetup.HostVethName("eni", "c1", "eth0") {
+		t.Errorf("retried DEL must delete the veth by its derived name: %v %v", err, w.torn)
 	}
 }
 

@@ -164,6 +164,4 @@ func DeleteRoute(r PodRoute) error {
 }
 
 // DeleteVeth removes a host veth by name; one already gone is not an error.
-func DeleteVeth(name string) error {
-	return Teardown(name, netip.Addr{})
-}
+func DeleteVeth(name string) error { return DeleteVeths(name) }

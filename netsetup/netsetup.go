@@ -229,49 +229,6 @@ func addRule(r *netlink.Rule) error {
 	return nil
 }
 
-// Teardown removes what Setup made for an address, by name: the host veth
-// (the kernel deletes its pod end and the host route with it) and the
-// rules, `to` and `from` in whatever table. It needs no netns and succeeds when things are already gone, so DEL
-// can run it twice.
-func Teardown(hostVeth string, ip netip.Addr) error {
-	var errs []error
-	if hostVeth != "" {
-		if link, err := netlinksafe.LinkByName(hostVeth); err == nil {
-			if err := netlink.LinkDel(link); err != nil && !isNotFound(err) {
-				errs = append(errs, fmt.Errorf("delete %s: %w", hostVeth, err))
-			}
-		} else if !isNotFound(err) {
-			errs = append(errs, fmt.Errorf("find %s: %w", hostVeth, err))
-		}
-	}
-	if ip.IsValid() {
-		if err := DeleteRules(ip); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// DeleteRules removes every rule of ours for ip: `to ip` and `from ip`, in
-// any table, at our priorities.
-func DeleteRules(ip netip.Addr) error {
-	rules, err := netlinksafe.RuleList(unix.AF_INET)
-	if err != nil {
-		return fmt.Errorf("list rules: %w", err)
-	}
-	var errs []error
-	for i := range rules {
-		r := &rules[i]
-		if !isOurRule(r, ip) {
-			continue
-		}
-		if err := netlink.RuleDel(r); err != nil && !isNotFound(err) {
-			errs = append(errs, fmt.Errorf("delete rule for %s prio %d: %w", ip, r.Priority, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
 func isOurRule(r *netlink.Rule, ip netip.Addr) bool {
 	want := hostNet(ip).String()
 	switch r.Priority {

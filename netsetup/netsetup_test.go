@@ -91,3 +91,45 @@ func TestSetupFromRulesAndTeardown(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDeleteVethsBatch deletes several veths in one kernel request (a
+// link group) and skips names that are already gone; links outside the
+// batch stay.
+func TestDeleteVethsBatch(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: network namespaces")
+	}
+	node, err := testutils.NewNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { node.Close(); testutils.UnmountNS(node) })
+	err = node.Do(func(ns.NetNS) error {
+		var names []string
+		for _, n := range []string{"a", "b", "c", "keep"} {
+			name := HostVethName("eni", n, "eth0")
+			if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: "p" + n}); err != nil {
+				t.Fatal(err)
+			}
+			names = append(names, name)
+		}
+		if err := DeleteVeths(names[0], names[1], "enimissing00000", names[2]); err != nil {
+			t.Fatalf("DeleteVeths: %v", err)
+		}
+		for _, n := range names[:3] {
+			if _, err := netlink.LinkByName(n); err == nil {
+				t.Errorf("%s still there", n)
+			}
+		}
+		if _, err := netlink.LinkByName(names[3]); err != nil {
+			t.Errorf("a veth outside the batch was deleted: %v", err)
+		}
+		if _, err := netlink.LinkByName("pkeep"); err != nil {
+			t.Errorf("the kept veth's peer went: %v", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
