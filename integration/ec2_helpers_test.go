@@ -324,21 +324,7 @@ func (en *ec2Node) assertNoPods(t *testing.T) {
 		eniLinks[name] = true
 	}
 	en.mu.Unlock()
-	for _, v := range en.vethNames(t) {
-		if !eniLinks[v] {
-			t.Errorf("node still has veth %s, want only the ENI links", v)
-		}
-	}
-	for _, r := range en.mainRoutes(t) {
-		if r.Dst != nil {
-			if ones, _ := r.Dst.Mask.Size(); ones == 32 {
-				t.Errorf("node still has host route %s (ifindex %d), want none", r.Dst, r.LinkIndex)
-			}
-		}
-	}
-	for _, r := range en.podRules(t) {
-		t.Errorf("node still has rule %s, want none at priorities %d/%d", r, rulePrioToPod, rulePrioFromPod)
-	}
+	en.assertNoAttachmentsBut(t, eniLinks)
 }
 
 // fromRule returns the node's `from IP lookup T` rule at priority 1536.

@@ -219,8 +219,17 @@ func (n *node) hostRouteTo(t *testing.T, ip netip.Addr) (netlink.Route, string, 
 // main and no rule at eni-cni's priorities: everything DEL must remove.
 func (n *node) assertNoAttachments(t *testing.T) {
 	t.Helper()
-	if v := n.vethNames(t); len(v) != 0 {
-		t.Errorf("node still has veths %v, want none", v)
+	n.assertNoAttachmentsBut(t, nil)
+}
+
+// assertNoAttachmentsBut is assertNoAttachments on a node that also has
+// veths of its own (simulated ENI links), named in keep.
+func (n *node) assertNoAttachmentsBut(t *testing.T, keep map[string]bool) {
+	t.Helper()
+	for _, v := range n.vethNames(t) {
+		if !keep[v] {
+			t.Errorf("node still has veth %s, want none but %v", v, keep)
+		}
 	}
 	for _, r := range n.mainRoutes(t) {
 		if r.Dst != nil {
