@@ -127,11 +127,10 @@ func cmdAdd(args *skel.CmdArgs) error {
 
 func cmdDel(args *skel.CmdArgs) error {
 	return runVerb("DEL", args, func(ctx context.Context, p *plugin) ([]any, error) {
-		at, err := attachmentFrom(args, p.cfg)
-		if err != nil {
-			return nil, err
-		}
-		return []any{"netns", args.Netns}, p.del(ctx, at.Key)
+		// DEL needs only (network, containerID, ifname): bad pod metadata in
+		// CNI_ARGS must not keep it from freeing the address.
+		k := alloc.Key{Network: p.cfg.Network, ContainerID: args.ContainerID, IfName: args.IfName}
+		return []any{"netns", args.Netns}, p.del(ctx, k)
 	})
 }
 
@@ -270,7 +269,7 @@ func toCNIError(err error) *types.Error {
 		code = types.ErrTryAgainLater
 	case errors.Is(err, errNoAllocation):
 		code = types.ErrUnknownContainer
-	case errors.Is(err, alloc.ErrCorrupt), errors.Is(err, alloc.ErrUnsupportedVersion), errors.As(err, &pathErr):
+	case errors.Is(err, alloc.ErrCorrupt), errors.Is(err, alloc.ErrUnsupportedVersion), errors.Is(err, alloc.ErrIO), errors.As(err, &pathErr):
 		code = types.ErrIOFailure
 	}
 	return types.NewError(code, err.Error(), "")

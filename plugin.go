@@ -96,7 +96,7 @@ func (p *plugin) add(ctx context.Context, at attachment) (*current.Result, error
 	}
 	routing, err := p.source.prepare(a, source)
 	if err != nil {
-		return nil, p.undo(ctx, at, a, err)
+		return nil, p.undo(ctx, at, a, existed, err)
 	}
 	spec := p.podSpec(a, at.Netns, routing)
 	if existed {
@@ -110,14 +110,19 @@ func (p *plugin) add(ctx context.Context, at attachment) (*current.Result, error
 	}
 	links, err := p.wire.Setup(spec)
 	if err != nil {
-		return nil, p.undo(ctx, at, a, fmt.Errorf("wire %s with %s: %w", at.Key, a.IP, err))
+		return nil, p.undo(ctx, at, a, existed, fmt.Errorf("wire %s with %s: %w", at.Key, a.IP, err))
 	}
 	return p.result(a, at.Netns, links), nil
 }
 
 // undo releases the allocation of a failed ADD (without cooldown: no pod
-// ever used it) and returns cause, with the release's own error if any.
-func (p *plugin) undo(ctx context.Context, at attachment, a alloc.Allocation, cause error) error {
+// ever used it) and returns cause, with the release's own error if any. An
+// allocation that existed before this ADD is kept: the pod may be using it,
+// and the runtime's DEL releases it with cooldown.
+func (p *plugin) undo(ctx context.Context, at attachment, a alloc.Allocation, existed bool, cause error) error {
+	if existed {
+		return cause
+	}
 	if err := p.mgr.Undo(context.WithoutCancel(ctx), at.Key, a.IP); err != nil {
 		return errors.Join(cause, err)
 	}
@@ -125,7 +130,7 @@ func (p *plugin) undo(ctx context.Context, at attachment, a alloc.Allocation, ca
 }
 
 func (p *plugin) result(a alloc.Allocation, netns string, l netsetup.Links) *current.Result {
-	gw := netsetup.GatewayIP.AsSlice()
+	gw := netsetup.GatewayIP().AsSlice()
 	return &current.Result{
 		CNIVersion: current.ImplementedSpecVersion,
 		Interfaces: []*current.Interface{
@@ -201,6 +206,8 @@ var errNotReady = errors.New("cannot serve ADD")
 // status reports whether ADD can work at all. A momentarily empty pool is
 // not a failure: addresses cool down and `warm` adds more.
 func (p *plugin) status(ctx context.Context) (alloc.Counts, error) {
+	// Read without the lock: saves replace the file by rename, so a read
+	// sees one whole state, and STATUS must not queue behind a busy ADD.
 	st, err := p.mgr.Store.Load()
 	if err != nil {
 		return alloc.Counts{}, fmt.Errorf("%w: %w", errNotReady, err)

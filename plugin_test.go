@@ -294,3 +294,28 @@ func TestToCNIErrorCodes(t *testing.T) {
 		}
 	}
 }
+
+// TestRepeatedAddFailureKeepsAllocation: a runtime repeating ADD for a pod
+// that is wired must not lose the pod's address when the repeat fails.
+func TestRepeatedAddFailureKeepsAllocation(t *testing.T) {
+	p, w, s := newTestPlugin(t, "10.99.0.1-10.99.0.2")
+	ctx := context.Background()
+	first, err := p.add(ctx, att("c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clear(w.wired)                             // the repeat finds the wiring broken and rewires...
+	w.setupErr = errors.New("netlink says no") // ...which fails
+	if _, err := p.add(ctx, att("c1")); err == nil {
+		t.Fatal("failed repeat reported success")
+	}
+	st, _ := s.Load()
+	if len(st.Allocations) != 1 || st.Allocations[0].IP.String() != first.IPs[0].Address.IP.String() {
+		t.Fatalf("the pod's allocation was dropped: %+v", st.Allocations)
+	}
+	w.setupErr = nil
+	other, err := p.add(ctx, att("c2"))
+	if err != nil || other.IPs[0].Address.IP.Equal(first.IPs[0].Address.IP) {
+		t.Fatalf("another pod got the same address: %v %v", other, err)
+	}
+}

@@ -29,6 +29,9 @@ type Store interface {
 // than the caller is willing to wait. Runtimes retry such an ADD.
 var ErrLockTimeout = errors.New("timed out waiting for the state lock")
 
+// ErrIO marks a failure to read or write the state file itself.
+var ErrIO = errors.New("state file i/o")
+
 // File names inside the state directory.
 const (
 	StateFileName = "state.json"
@@ -121,7 +124,7 @@ func (d *DiskStore) Load() (*State, error) {
 		return NewState(""), nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read state %s: %w", path, err)
+		return nil, fmt.Errorf("read state %s: %w: %w", path, ErrIO, err)
 	}
 	st, err := decodeState(data)
 	if err != nil {
@@ -138,7 +141,7 @@ func (d *DiskStore) Save(st *State) error {
 		return fmt.Errorf("encode state: %w", err)
 	}
 	if err := writeFileAtomic(d.Path(), data); err != nil {
-		return fmt.Errorf("save state %s: %w", d.Path(), err)
+		return fmt.Errorf("save state %s: %w: %w", d.Path(), ErrIO, err)
 	}
 	return nil
 }
@@ -171,7 +174,12 @@ func writeFileAtomic(path string, data []byte) (err error) {
 	if err = os.Rename(tmp, path); err != nil {
 		return err
 	}
-	return syncDir(dir)
+	// The new state is in place and visible; a failed directory sync only
+	// means the rename might not survive a power loss, after which the
+	// boot ID changes and allocations are dropped anyway. Reporting it as
+	// a failed save would make callers undo what is already saved.
+	_ = syncDir(dir)
+	return nil
 }
 
 func syncDir(dir string) error {

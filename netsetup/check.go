@@ -100,14 +100,14 @@ func checkPod(p Pod, podNS netns.NsHandle, hostMAC net.HardwareAddr) (net.Hardwa
 	var haveGW, haveDefault bool
 	for _, r := range routes {
 		switch {
-		case r.Dst != nil && r.Dst.String() == hostNet(GatewayIP).String():
+		case r.Dst != nil && r.Dst.String() == hostNet(GatewayIP()).String():
 			haveGW = true
-		case (r.Dst == nil || r.Dst.String() == "0.0.0.0/0") && r.Gw.Equal(GatewayIP.AsSlice()):
+		case (r.Dst == nil || r.Dst.String() == "0.0.0.0/0") && r.Gw.Equal(GatewayIP().AsSlice()):
 			haveDefault = true
 		}
 	}
 	if !haveGW || !haveDefault {
-		return nil, fmt.Errorf("%w: pod routes via %s missing in %s (link route %t, default %t)", ErrMismatch, GatewayIP, p.Netns, haveGW, haveDefault)
+		return nil, fmt.Errorf("%w: pod routes via %s missing in %s (link route %t, default %t)", ErrMismatch, GatewayIP(), p.Netns, haveGW, haveDefault)
 	}
 	if err := checkPodNeighbour(h, link, p, hostMAC); err != nil {
 		return nil, err
@@ -135,11 +135,11 @@ func checkPodNeighbour(h netlinksafe.Handle, link netlink.Link, p Pod, hostMAC n
 		return fmt.Errorf("list neighbours in %s: %w", p.Netns, err)
 	}
 	for _, n := range neighs {
-		if n.IP.Equal(GatewayIP.AsSlice()) && n.State&netlink.NUD_PERMANENT != 0 && n.HardwareAddr.String() == hostMAC.String() {
+		if n.IP.Equal(GatewayIP().AsSlice()) && n.State&netlink.NUD_PERMANENT != 0 && n.HardwareAddr.String() == hostMAC.String() {
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: no permanent neighbour %s -> %s in %s", ErrMismatch, GatewayIP, hostMAC, p.Netns)
+	return fmt.Errorf("%w: no permanent neighbour %s -> %s in %s", ErrMismatch, GatewayIP(), hostMAC, p.Netns)
 }
 
 // retryDump repeats a netlink dump that the kernel flagged as interrupted

@@ -24,10 +24,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Addresses and priorities that are part of the contract with the VPC CNI
-// layout; tests and operators look for them.
-var GatewayIP = netip.MustParseAddr("169.254.1.1")
+// GatewayIP is the pod's link-local gateway, pinned in the pod's neighbour
+// table to the host veth's MAC (the VPC CNI's layout).
+func GatewayIP() netip.Addr { return netip.AddrFrom4([4]byte{169, 254, 1, 1}) }
 
+// Priorities that are part of the contract with the VPC CNI layout; tests
+// and operators look for them.
 const (
 	// RulePriorityToPod is the priority of `to IP lookup main`: traffic to a
 	// pod must use the main table even when a `from` rule would send it
@@ -156,7 +158,7 @@ func configurePod(p Pod, podNS netns.NsHandle, hostMAC net.HardwareAddr) (net.Ha
 	if err := h.LinkSetUp(link); err != nil {
 		return nil, fmt.Errorf("set %s up in %s: %w", p.IfName, p.Netns, err)
 	}
-	gw := hostNet(GatewayIP)
+	gw := hostNet(GatewayIP())
 	routes := []*netlink.Route{
 		{LinkIndex: idx, Dst: gw, Scope: netlink.SCOPE_LINK},
 		{LinkIndex: idx, Gw: gw.IP, Scope: netlink.SCOPE_UNIVERSE},
@@ -171,7 +173,7 @@ func configurePod(p Pod, podNS netns.NsHandle, hostMAC net.HardwareAddr) (net.Ha
 		IP: gw.IP, HardwareAddr: hostMAC,
 	}
 	if err := h.NeighSet(neigh); err != nil {
-		return nil, fmt.Errorf("add neighbour %s in %s: %w", GatewayIP, p.Netns, err)
+		return nil, fmt.Errorf("add neighbour %s in %s: %w", GatewayIP(), p.Netns, err)
 	}
 	return link.Attrs().HardwareAddr, nil
 }

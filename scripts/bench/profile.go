@@ -159,7 +159,7 @@ func inprocAdd(stdin []byte, cid, netnsPath string, podIndex int, ts *timedStore
 	if err != nil {
 		return s, a, err
 	}
-	gw := netsetup.GatewayIP.AsSlice()
+	gw := netsetup.GatewayIP().AsSlice()
 	res := &current.Result{
 		CNIVersion: current.ImplementedSpecVersion,
 		Interfaces: []*current.Interface{{Name: veth, Mac: links.HostMAC.String()}, {Name: ifName, Mac: links.PodMAC.String(), Sandbox: netnsPath}},
