@@ -9,7 +9,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
+
+	"github.com/gofrs/flock"
 
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2"
@@ -168,6 +171,16 @@ func cmdWarmCLI(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "warm: network %q uses a %s pool; nothing to do\n", p.cfg.Network, p.cfg.Source)
 		return nil
 	}
+	// One pass at a time per node: cron may start a pass while a slow one
+	// still runs, and two passes would both fill the same shortfall.
+	busy := flock.New(filepath.Join(p.cfg.StateDir, "warm.lock"), flock.SetPermissions(0o600))
+	if ok, err := busy.TryLock(); err != nil {
+		return fmt.Errorf("warm: lock %s: %w", busy.Path(), err)
+	} else if !ok {
+		fmt.Fprintf(stdout, "warm: another pass is running (%s); skipped\n", busy.Path())
+		return nil
+	}
+	defer busy.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
 	defer cancel()
 	md := ec2.NewMetadataClient(p.cfg.IMDSEndpoint)

@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gofrs/flock"
 
 	"github.com/containernetworking/cni/pkg/types"
 
@@ -86,5 +90,26 @@ func TestEC2Status(t *testing.T) {
 	}
 	if time.Since(start) > 5*time.Second {
 		t.Errorf("STATUS took %s", time.Since(start))
+	}
+}
+
+func TestWarmSkipsWhileAnotherPassRuns(t *testing.T) {
+	f := startFake(t)
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "c.conflist")
+	os.WriteFile(conf, []byte(`{"cniVersion":"1.0.0","name":"pods","plugins":[{"type":"eni-cni","stateDir":"`+dir+
+		`/state","imdsEndpoint":"`+f.URL()+`","ec2Endpoint":"`+f.URL()+`","pool":{"source":"ec2"}}]}`), 0o600)
+	os.MkdirAll(filepath.Join(dir, "state"), 0o700)
+	other := flock.New(filepath.Join(dir, "state", "warm.lock"))
+	if ok, err := other.TryLock(); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	defer other.Unlock()
+	code, out, errs := run("warm", "--config", conf)
+	if code != 0 || !strings.Contains(out, "another pass is running") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if f.IMDSCalls() != 0 || len(f.Calls()) != 0 {
+		t.Errorf("a skipped pass called IMDS/EC2: %d, %v", f.IMDSCalls(), f.Calls())
 	}
 }

@@ -2,6 +2,7 @@ package ec2
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -46,9 +47,12 @@ func (w *Warmer) createENI(ctx context.Context, src *SourceState, need int) erro
 	} else {
 		in.SecondaryPrivateIpAddressCount = aws.Int32(int32(min(need, slots(src))))
 	}
+	if err := w.setDirty(ctx, true); err != nil {
+		return err
+	}
 	out, err := w.API.CreateNetworkInterface(ctx, in)
 	if err != nil {
-		return fmt.Errorf("create ENI in %s: %w", subnet, err)
+		return w.refused(ctx, fmt.Errorf("create ENI in %s: %w", subnet, err))
 	}
 	e, ips, prefixes, err := w.newENIState(ctx, out.NetworkInterface, src, primary)
 	if err != nil {
@@ -159,12 +163,13 @@ func (w *Warmer) abandon(ctx context.Context, id string, cause error) error {
 		return fmt.Errorf("%w (and deleting %s failed: %v)", cause, id, err)
 	}
 	w.say("deleted %s again: %v", id, cause)
-	return cause
+	// EC2 is as it was before the create: nothing for a resync to learn.
+	return errors.Join(cause, w.setDirty(ctx, false))
 }
 
 func (w *Warmer) recordENI(ctx context.Context, e ENIState, ips []netip.Addr, prefixes []netip.Prefix) (int, error) {
 	added := 0
-	err := w.update(ctx, func(st *alloc.State, src *SourceState) error {
+	err := w.update(context.WithoutCancel(ctx), func(st *alloc.State, src *SourceState) error {
 		e.Secondary = len(ips)
 		e.Prefixes = prefixes
 		src.ENIs = append(src.ENIs, e)

@@ -28,12 +28,16 @@ type giveBack struct {
 func (w *Warmer) trim(ctx context.Context) error {
 	var batches []giveBack
 	err := w.update(ctx, func(st *alloc.State, src *SourceState) error {
+		src.Dirty = true // saved with the marks, before any unassign call
 		c := w.Mgr.Counts(st)
 		surplus := min(c.Free-w.Cfg.WarmIPTarget, c.Total-w.Cfg.MinimumIPTarget)
 		if surplus <= 0 {
 			return nil
 		}
 		batches = w.pickSurplus(st, src, surplus)
+		if len(batches) == 0 {
+			src.Dirty = false // nothing will be called: leave the flag as it was
+		}
 		for _, b := range batches {
 			setUnusable(st, b, true)
 		}
@@ -117,7 +121,10 @@ func setUnusable(st *alloc.State, b giveBack, v bool) {
 
 // unassign gives one batch back and settles the store: on success the
 // addresses leave the pool (tombstoned, as IMDS still lists them for a
-// while); on failure they become usable again.
+// while). On failure they stay unusable: a timeout or a lost reply may
+// hide a done unassign, and handing such an address to a pod would let the
+// VPC give it to another instance too. The next pass reads EC2's truth
+// (resync) and decides.
 func (w *Warmer) unassign(ctx context.Context, b giveBack) error {
 	in := &ec2.UnassignPrivateIpAddressesInput{NetworkInterfaceId: aws.String(b.eni)}
 	for _, ip := range b.ips {
@@ -126,18 +133,13 @@ func (w *Warmer) unassign(ctx context.Context, b giveBack) error {
 	for _, p := range b.prefixes {
 		in.Ipv4Prefixes = append(in.Ipv4Prefixes, p.String())
 	}
-	_, callErr := w.API.UnassignPrivateIpAddresses(ctx, in)
+	if _, err := w.API.UnassignPrivateIpAddresses(ctx, in); err != nil {
+		return fmt.Errorf("unassign %s from %s (kept unusable until the next pass checks EC2): %w", describe(b.ips, b.prefixes), b.eni, err)
+	}
 	err := w.update(context.WithoutCancel(ctx), func(st *alloc.State, src *SourceState) error {
-		if callErr != nil {
-			setUnusable(st, b, false)
-			return nil
-		}
 		w.forget(st, src, b)
 		return nil
 	})
-	if callErr != nil {
-		return fmt.Errorf("unassign %s from %s: %w", describe(b.ips, b.prefixes), b.eni, callErr)
-	}
 	if err == nil {
 		w.say("unassigned %d addresses from %s (%s)", len(b.ips)+16*len(b.prefixes), b.eni, describe(b.ips, b.prefixes))
 	}

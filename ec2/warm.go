@@ -2,8 +2,10 @@ package ec2
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2/pool"
@@ -21,6 +24,7 @@ import (
 type API interface {
 	DescribeInstanceTypes(context.Context, *ec2.DescribeInstanceTypesInput, ...func(*ec2.Options)) (*ec2.DescribeInstanceTypesOutput, error)
 	DescribeSubnets(context.Context, *ec2.DescribeSubnetsInput, ...func(*ec2.Options)) (*ec2.DescribeSubnetsOutput, error)
+	DescribeNetworkInterfaces(context.Context, *ec2.DescribeNetworkInterfacesInput, ...func(*ec2.Options)) (*ec2.DescribeNetworkInterfacesOutput, error)
 	AssignPrivateIpAddresses(context.Context, *ec2.AssignPrivateIpAddressesInput, ...func(*ec2.Options)) (*ec2.AssignPrivateIpAddressesOutput, error)
 	UnassignPrivateIpAddresses(context.Context, *ec2.UnassignPrivateIpAddressesInput, ...func(*ec2.Options)) (*ec2.UnassignPrivateIpAddressesOutput, error)
 	CreateNetworkInterface(context.Context, *ec2.CreateNetworkInterfaceInput, ...func(*ec2.Options)) (*ec2.CreateNetworkInterfaceOutput, error)
@@ -110,10 +114,58 @@ func (w *Warmer) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	if v.src.Dirty || hasUnusable(v.st) {
+		if err := w.resync(ctx); err != nil {
+			return err
+		}
+	}
 	if err := w.fill(ctx); err != nil {
 		return err
 	}
-	return w.trim(ctx)
+	if err := w.trim(ctx); err != nil {
+		return err
+	}
+	return w.setDirty(ctx, false)
+}
+
+// setDirty records whether EC2 may hold changes the store does not. It
+// saves only when the value changes, so a pass with nothing to do writes
+// nothing.
+func (w *Warmer) setDirty(ctx context.Context, dirty bool) error {
+	v, err := w.snapshot(ctx)
+	if err != nil || v.src.Dirty == dirty {
+		return err
+	}
+	return w.update(context.WithoutCancel(ctx), func(_ *alloc.State, src *SourceState) error {
+		src.Dirty = dirty
+		return nil
+	})
+}
+
+// refused handles a failed call that would have added to what EC2 assigns.
+// An error from EC2 itself (after the SDK's retries) means the request was
+// rejected, and a failed dial means it never left: nothing changed and the
+// store is left as it was. Anything else (a timeout, a connection lost
+// mid-call) may hide a change, and the dirty marker stays for the next
+// pass to resync.
+func (w *Warmer) refused(ctx context.Context, err error) error {
+	var api smithy.APIError
+	var op *net.OpError
+	if errors.As(err, &api) || (errors.As(err, &op) && op.Op == "dial") {
+		if derr := w.setDirty(ctx, false); derr != nil {
+			return errors.Join(err, derr)
+		}
+	}
+	return err
+}
+
+func hasUnusable(st *alloc.State) bool {
+	for _, p := range st.Pool {
+		if p.Unusable {
+			return true
+		}
+	}
+	return false
 }
 
 // Refresh reads IMDS and merges what it lists into the store.
@@ -233,9 +285,12 @@ func (w *Warmer) assign(ctx context.Context, e ENIState, need, room int) error {
 	} else {
 		in.SecondaryPrivateIpAddressCount = aws.Int32(int32(min(need, room)))
 	}
+	if err := w.setDirty(ctx, true); err != nil {
+		return err
+	}
 	out, err := w.API.AssignPrivateIpAddresses(ctx, in)
 	if err != nil {
-		return fmt.Errorf("assign addresses to %s: %w", e.ID, err)
+		return w.refused(ctx, fmt.Errorf("assign addresses to %s: %w", e.ID, err))
 	}
 	var ips []netip.Addr
 	for _, a := range out.AssignedPrivateIpAddresses {
@@ -259,7 +314,8 @@ func (w *Warmer) assign(ctx context.Context, e ENIState, need, room int) error {
 // record adds addresses EC2 reported as assigned to eniID.
 func (w *Warmer) record(ctx context.Context, eniID string, ips []netip.Addr, prefixes []netip.Prefix) (int, error) {
 	added := 0
-	err := w.update(ctx, func(st *alloc.State, src *SourceState) error {
+	// EC2 has made the change: record it even if the pass's time is up.
+	err := w.update(context.WithoutCancel(ctx), func(st *alloc.State, src *SourceState) error {
 		i := slices.IndexFunc(src.ENIs, func(e ENIState) bool { return e.ID == eniID })
 		if i < 0 {
 			return fmt.Errorf("record addresses of %s: ENI not in the store", eniID)

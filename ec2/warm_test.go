@@ -427,3 +427,126 @@ func fastRetry(o *ec2.Options) {
 		so.Backoff = retry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return time.Millisecond, nil })
 	})
 }
+
+func unusableIPs(st *alloc.State) []netip.Addr {
+	var out []netip.Addr
+	for _, p := range st.Pool {
+		if p.Unusable {
+			out = append(out, p.IP)
+		}
+	}
+	return out
+}
+
+func TestFailedUnassignStaysUnusableUntilResync(t *testing.T) {
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large"}, WarmConfig{WarmIPTarget: 4, TrimAfter: time.Minute})
+	e.w.API = NewAPI(e.fake.URL(), "us-east-1", NewMetadataClient(e.fake.URL()), fastRetry)
+	e.warm(t)
+	e.w.Cfg.WarmIPTarget = 2
+	e.now = e.now.Add(2 * time.Minute)
+	e.fake.InjectFault("UnassignPrivateIpAddresses", ec2fake.Fault{Code: "InternalError", HTTPStatus: 500, Times: 100})
+	if err := e.w.Run(context.Background()); err == nil {
+		t.Fatal("warm with a failing unassign reported success")
+	}
+	_, st, src := e.counts(t)
+	stuck := unusableIPs(st)
+	if len(stuck) != 2 || !src.Dirty {
+		t.Fatalf("unusable %v, dirty %v: a failed unassign must keep them out of use", stuck, src.Dirty)
+	}
+	for range 2 { // the free addresses left are the two usable ones
+		e.addPods(t, 1)
+	}
+	if _, _, err := e.mgr.Allocate(context.Background(), alloc.Request{Key: alloc.Key{Network: "pods", ContainerID: "x", IfName: "eth0"}}); !errors.Is(err, alloc.ErrPoolExhausted) {
+		t.Fatalf("an address being given back was handed out: %v", err)
+	}
+	e.fake.ClearFaults()
+	e.fake.ResetCalls()
+	e.warm(t)
+	calls := e.fake.Calls()
+	if calls["DescribeNetworkInterfaces"] != 1 || !strings.Contains(e.out.String(), "resynced with EC2") {
+		t.Errorf("next pass must resync once: %v\n%s", calls, e.out)
+	}
+	_, st, src = e.counts(t)
+	if len(unusableIPs(st)) != 0 || src.Dirty {
+		t.Errorf("after resync: unusable %v, dirty %v", unusableIPs(st), src.Dirty)
+	}
+	e.fake.ResetCalls()
+	e.warm(t)
+	if n := totalCalls(e.fake.Calls()); n != 0 {
+		t.Errorf("a clean pass after the resync made %d calls", n)
+	}
+}
+
+func TestUnassignDoneButNotRecordedIsDropped(t *testing.T) {
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large"}, WarmConfig{WarmIPTarget: 4})
+	e.warm(t)
+	_, st, _ := e.counts(t)
+	gone := st.Pool[:2]
+	// warm marked two addresses, unassigned them at EC2, and died before
+	// saving the result.
+	e.mgr.Update(context.Background(), func(st *alloc.State) (bool, error) {
+		for i := range st.Pool[:2] {
+			st.Pool[i].Unusable = true
+		}
+		src, _ := pool.LoadSource(st)
+		src.Dirty = true
+		return true, pool.SaveSource(st, src)
+	})
+	api := NewAPI(e.fake.URL(), "us-east-1", NewMetadataClient(e.fake.URL()))
+	if _, err := api.UnassignPrivateIpAddresses(context.Background(), &ec2.UnassignPrivateIpAddressesInput{
+		NetworkInterfaceId: &gone[0].ENI, PrivateIpAddresses: []string{gone[0].IP.String(), gone[1].IP.String()},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.w.Cfg.WarmIPTarget = 2 // no refill: EC2 would hand the same low addresses back
+	e.warm(t)
+	_, st, src := e.counts(t)
+	for _, p := range st.Pool {
+		if p.IP == gone[0].IP || p.IP == gone[1].IP {
+			t.Errorf("%s, no longer assigned by EC2, is still in the pool", p.IP)
+		}
+	}
+	if len(src.Tombstones) < 2 {
+		t.Errorf("dropped addresses not tombstoned: %v", src.Tombstones)
+	}
+	if _, added, err := Refresh(context.Background(), e.mgr, e.w.MD, e.now); err != nil || added != 0 {
+		t.Errorf("a refresh from IMDS brought addresses back: %d %v", added, err)
+	}
+}
+
+func TestLostRecordsAreLearntBack(t *testing.T) {
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, WarmConfig{WarmIPTarget: 3})
+	e.warm(t) // primary ENI: 3 of its 5 slots
+	fail := true
+	e.st.SaveFn = func(st *alloc.State) error {
+		src, _ := pool.LoadSource(st)
+		if fail && len(src.ENIs) > 1 { // the save that records the new ENI
+			fail = false
+			return errors.New("disk full")
+		}
+		return nil
+	}
+	e.addPods(t, 3)
+	e.w.Cfg.WarmIPTarget = 7 // the primary's 2 free slots, then a new ENI with 5
+	if err := e.w.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Fatalf("warm: %v", err)
+	}
+	if n := len(e.fake.ENIs()); n != 2 {
+		t.Fatalf("EC2 has %d ENIs, want 2 (the new one attached, unrecorded)", n)
+	}
+	e.fake.ResetCalls()
+	e.warm(t)
+	_, st, src := e.counts(t)
+	if len(src.ENIs) != 2 || len(e.fake.ENIs()) != 2 || e.fake.Calls()["CreateNetworkInterface"] != 0 {
+		t.Fatalf("store ENIs %d, EC2 ENIs %d, calls %v: the attached ENI must be learnt, not made again", len(src.ENIs), len(e.fake.ENIs()), e.fake.Calls())
+	}
+	held := map[string]int{}
+	for _, p := range st.Pool {
+		held[p.ENI]++
+	}
+	for _, eni := range e.fake.ENIs() {
+		if held[eni.ID] != len(eni.SecondaryIPs) {
+			t.Errorf("%s: store has %d addresses, EC2 %d", eni.ID, held[eni.ID], len(eni.SecondaryIPs))
+		}
+	}
+}

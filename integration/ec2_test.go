@@ -392,11 +392,11 @@ func TestEC2WarmFailures(t *testing.T) {
 	})
 
 	// The SDK retries these with backoff (MaxAttempts 6, ec2/clients.go):
-	// each takes ~15-20 s to give up, so the two run side by side. Neither
+	// each takes ~15-20 s to give up. They run one after the other: warm
+	// passes on one node never overlap (the second would skip). Neither
 	// changes anything; the refused one uses its own copy of the config.
 	t.Run("retries exhausted", func(t *testing.T) {
 		t.Run("EC2 throttles every call", func(t *testing.T) {
-			t.Parallel()
 			en.fake.Throttle(ec2fake.AllActions, 1000)
 			_, calls := failing(t, nw, "throttled", "RequestLimitExceeded", "assign addresses to "+primary.ID)
 			t.Logf("throttled: EC2 calls %s", formatCalls(calls))
@@ -405,7 +405,7 @@ func TestEC2WarmFailures(t *testing.T) {
 			}
 		})
 		t.Run("EC2 endpoint refuses connections", func(t *testing.T) {
-			t.Parallel()
+			en.fake.ClearFaults()
 			refused := nw.withConf(t, func(c map[string]any) { c["ec2Endpoint"] = ec2Unreachable })
 			failing(t, refused, "ec2Endpoint refusing", "connection refused", "assign addresses to "+primary.ID)
 		})

@@ -26,6 +26,11 @@ type SourceState struct {
 	// Tombstones are addresses given back to EC2 recently. IMDS lags EC2
 	// and may still list them; a refresh from IMDS must not take them back.
 	Tombstones []Tombstone `json:"tombstones,omitempty"`
+	// Dirty is set, and saved, before `warm` makes an EC2 call that changes
+	// what is assigned, and cleared when the pass has recorded the results.
+	// A pass that finds it set (the last one died or could not save) first
+	// reads the truth back from EC2.
+	Dirty bool `json:"dirty,omitempty"`
 }
 
 // Limits are the instance type's ENI limits, from DescribeInstanceTypes.
