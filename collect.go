@@ -41,8 +41,8 @@ func (h hostNetwork) Routes() ([]gc.HostRoute, error) {
 	return out, err
 }
 
-func (h hostNetwork) DeleteVeth(name string) error   { return netsetup.DeleteVeth(name) }
-func (h hostNetwork) DeleteRule(r gc.HostRule) error { return netsetup.DeleteRule(netsetup.PodRule(r)) }
+func (h hostNetwork) DeleteVeth(names ...string) error { return netsetup.DeleteVeths(names...) }
+func (h hostNetwork) DeleteRule(r gc.HostRule) error   { return netsetup.DeleteRule(netsetup.PodRule(r)) }
 func (h hostNetwork) DeleteRoute(r gc.HostRoute) error {
 	return netsetup.DeleteRoute(netsetup.PodRoute(r))
 }
@@ -86,7 +86,13 @@ func (p *plugin) collect(ctx context.Context, live gc.Liveness, opts gc.Options,
 		}
 		c.Leftovers = gc.FindLeftovers(p.ours(st, snap), owned)
 		if !dryRun {
-			if err := gc.RemoveLeftovers(host, c.Leftovers); err != nil {
+			// Rules and routes go under the lock: no ADD may take one of
+			// their addresses meanwhile. Leftover veths carry no route into
+			// the pool any more once their routes are gone, and deleting
+			// them waits on the kernel, so that happens after the lock.
+			routesAndRules := c.Leftovers
+			routesAndRules.Veths = nil
+			if err := gc.RemoveLeftovers(host, routesAndRules); err != nil {
 				c.Errors = append(c.Errors, err)
 			}
 		}
@@ -101,6 +107,11 @@ func (p *plugin) collect(ctx context.Context, live gc.Liveness, opts gc.Options,
 	if dryRun {
 		c.Freed = c.Plan.Free
 		return c, nil
+	}
+	if len(c.Leftovers.Veths) > 0 {
+		if err := host.DeleteVeth(c.Leftovers.Veths...); err != nil {
+			c.Errors = append(c.Errors, fmt.Errorf("delete leftover veths: %w", err))
+		}
 	}
 	p.free(ctx, c, held)
 	return c, nil

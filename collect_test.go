@@ -31,8 +31,8 @@ type fakeHost struct {
 func (h *fakeHost) Veths() ([]string, error)        { return slices.Clone(h.veths), nil }
 func (h *fakeHost) Rules() ([]gc.HostRule, error)   { return slices.Clone(h.rules), nil }
 func (h *fakeHost) Routes() ([]gc.HostRoute, error) { return slices.Clone(h.routes), nil }
-func (h *fakeHost) DeleteVeth(n string) error {
-	h.veths = slices.DeleteFunc(h.veths, func(v string) bool { return v == n })
+func (h *fakeHost) DeleteVeth(names ...string) error {
+	h.veths = slices.DeleteFunc(h.veths, func(v string) bool { return slices.Contains(names, v) })
 	return nil
 }
 func (h *fakeHost) DeleteRule(r gc.HostRule) error {

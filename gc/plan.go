@@ -120,16 +120,26 @@ func MakePlan(atts []Attachment, live Liveness, now time.Time, opts Options) Pla
 // refuseEmpty empties p.Free when the live set is empty and old attachments
 // would be freed, unless forced. Only young or no attachments: no refusal,
 // there is nothing to lose.
+//
+// A listing that names none of the allocations is treated the same way: on
+// a node with two runtimes, the socket of the one kubelet does not use
+// lists sandboxes, just none of ours, and believing it would free every
+// pod. (A node whose only pods are host-network ones and whose allocations
+// all leaked needs --force once; that is the price of never guessing.)
 func refuseEmpty(p Plan, live Liveness, opts Options) Plan {
-	if !opts.RefuseEmpty || !live.empty() || len(p.Free) == 0 {
+	if !opts.RefuseEmpty || len(p.Free) == 0 || len(p.Alive) > 0 {
 		return p
+	}
+	what := live.emptyText()
+	if !live.empty() {
+		what = "the runtime lists sandboxes, but none of this node's allocations"
 	}
 	if opts.Force {
-		p.Warnings = append(p.Warnings, fmt.Sprintf("%s; freeing %d attachments older than %s because of force", live.emptyText(), len(p.Free), opts.Grace))
+		p.Warnings = append(p.Warnings, fmt.Sprintf("%s; freeing %d attachments older than %s because of force", what, len(p.Free), opts.Grace))
 		return p
 	}
-	p.Refused = fmt.Errorf("%w: %s while %d attachments older than %s exist; refusing to free them without force (a wrong or broken cri socket looks like this)",
-		ErrEmptyListing, live.emptyText(), len(p.Free), opts.Grace)
+	p.Refused = fmt.Errorf("%w: %s, while %d attachments older than %s exist; refusing to free them without force (a wrong or broken cri socket looks like this; check --cri-endpoint)",
+		ErrEmptyListing, what, len(p.Free), opts.Grace)
 	p.Free = nil
 	return p
 }

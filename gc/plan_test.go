@@ -160,11 +160,27 @@ func TestMakePlan(t *testing.T) {
 			opts: cri,
 		},
 		{
-			name:     "a listing of only unrelated sandboxes is not empty: old attachments are freed",
+			name:        "a listing that names none of ours is refused like an empty one (another runtime's socket)",
+			atts:        []Attachment{att("a", "10.0.0.1", time.Hour)},
+			live:        FromSandboxes([]Sandbox{sb("zzz", "u9", true)}),
+			opts:        cri,
+			wantRefused: true,
+		},
+		{
+			name:     "... unless forced",
 			atts:     []Attachment{att("a", "10.0.0.1", time.Hour)},
 			live:     FromSandboxes([]Sandbox{sb("zzz", "u9", true)}),
-			opts:     cri,
+			opts:     Options{Grace: grace, RefuseEmpty: true, Force: true},
 			wantFree: []string{"pods/a/eth0"},
+			wantWarn: []string{"none of this node's allocations"},
+		},
+		{
+			name:      "a listing that names one of ours frees the others",
+			atts:      []Attachment{att("a", "10.0.0.1", time.Hour), att("b", "10.0.0.2", time.Hour)},
+			live:      FromSandboxes([]Sandbox{sb("zzz", "u9", true), sb("b", "u2", true)}),
+			opts:      cri,
+			wantFree:  []string{"pods/a/eth0"},
+			wantAlive: []string{"pods/b/eth0"},
 		},
 		{
 			name:      "several READY sandboxes of one pod: warning, none freed",
@@ -271,7 +287,7 @@ func TestMakePlan(t *testing.T) {
 }
 
 func TestPlanReasonsAndTimes(t *testing.T) {
-	atts := []Attachment{att("old", "10.0.0.1", 90*time.Minute), att("young", "10.0.0.2", 4*time.Minute)}
+	atts := []Attachment{att("old", "10.0.0.1", 90*time.Minute), att("young", "10.0.0.2", 4*time.Minute), att("x", "10.0.0.3", time.Hour)}
 	p := MakePlan(atts, FromSandboxes([]Sandbox{sb("x", "u", true)}), now, Options{Grace: grace, RefuseEmpty: true})
 	if len(p.Free) != 1 || len(p.Young) != 1 {
 		t.Fatalf("plan %+v", p)
@@ -284,7 +300,7 @@ func TestPlanReasonsAndTimes(t *testing.T) {
 	}
 
 	p = MakePlan(atts, FromValidAttachments("pods", nil), now, Options{Grace: grace})
-	if len(p.Free) != 1 || p.Free[0].Reason != "not in valid attachments" {
+	if len(p.Free) != 2 || p.Free[0].Reason != "not in valid attachments" {
 		t.Errorf("cni plan free = %+v, want reason \"not in valid attachments\"", p.Free)
 	}
 }
@@ -292,7 +308,7 @@ func TestPlanReasonsAndTimes(t *testing.T) {
 func TestPlanRefusalMessage(t *testing.T) {
 	p := MakePlan([]Attachment{att("a", "10.0.0.1", time.Hour), att("b", "10.0.0.2", time.Hour)},
 		FromSandboxes(nil), now, Options{Grace: grace, RefuseEmpty: true})
-	want := "empty listing: runtime listed no sandboxes while 2 attachments older than 10m0s exist; refusing to free them without force"
+	want := "empty listing: runtime listed no sandboxes, while 2 attachments older than 10m0s exist; refusing to free them without force"
 	if p.Refused == nil || !strings.HasPrefix(p.Refused.Error(), want) {
 		t.Fatalf("refusal %v, want prefix %q", p.Refused, want)
 	}
@@ -304,7 +320,7 @@ func TestPlanDeterministicAndPure(t *testing.T) {
 		atts = append(atts, att("c"+ip, ip, time.Hour))
 	}
 	// Same IP twice (e.g. two networks of a static pool): tie broken by container ID.
-	atts = append(atts, att("zz", "10.0.0.2", time.Hour), att("aa", "10.0.0.2", time.Hour))
+	atts = append(atts, att("zz", "10.0.0.2", time.Hour), att("aa", "10.0.0.2", time.Hour), att("other", "10.0.0.200", time.Hour))
 	live := FromSandboxes([]Sandbox{sb("other", "u", true)})
 	want := MakePlan(atts, live, now, Options{Grace: grace, RefuseEmpty: true})
 	var ips []string

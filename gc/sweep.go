@@ -30,7 +30,7 @@ type Host interface {
 	Veths() ([]string, error)
 	Rules() ([]HostRule, error)
 	Routes() ([]HostRoute, error)
-	DeleteVeth(name string) error
+	DeleteVeth(names ...string) error
 	DeleteRule(HostRule) error
 	DeleteRoute(HostRoute) error
 }
@@ -117,9 +117,9 @@ func RemoveLeftovers(h Host, l Leftovers) error {
 			errs = append(errs, fmt.Errorf("delete route %s dev %s: %w", r.IP, r.Veth, err))
 		}
 	}
-	for _, v := range l.Veths {
-		if err := h.DeleteVeth(v); err != nil {
-			errs = append(errs, fmt.Errorf("delete veth %s: %w", v, err))
+	if len(l.Veths) > 0 {
+		if err := h.DeleteVeth(l.Veths...); err != nil {
+			errs = append(errs, fmt.Errorf("delete veths %v: %w", l.Veths, err))
 		}
 	}
 	return errors.Join(errs...)

@@ -153,7 +153,21 @@ func TestGCOtherNetwork(t *testing.T) {
 					bKept = []attached{b.addDirect(t, bPods[0]), b.addDirect(t, bPods[1])}
 					cri := crifake.Start(t)
 					cri.SetSandboxes(readySandboxes(bPods...)...)
-					o := a.gc(t, "--cri-endpoint", cri.Endpoint(), "--grace", "0s")
+					args := []string{"--cri-endpoint", cri.Endpoint(), "--grace", "0s"}
+					if !shared {
+						// A's own store sees a listing naming none of its
+						// allocations: that is what another runtime's socket
+						// looks like, so gc refuses until told otherwise.
+						o := a.gc(t, args...)
+						if o.exit == 0 || !strings.Contains(string(o.stderr), "none of this node's allocations") {
+							t.Errorf("gc of %s with a listing naming none of its pods: want a refusal, got %s", a.name, o)
+						}
+						if l := a.list(t); len(l.Allocations) != len(aPods) {
+							t.Fatalf("a refused gc freed something: %+v", l.Allocations)
+						}
+						args = append(args, "--force")
+					}
+					o := a.gc(t, args...)
 					if o.exit != 0 {
 						t.Errorf("gc of %s: want exit 0, got %s", a.name, o)
 					}

@@ -162,6 +162,3 @@ func DeleteRoute(r PodRoute) error {
 	}
 	return nil
 }
-
-// DeleteVeth removes a host veth by name; one already gone is not an error.
-func DeleteVeth(name string) error { return DeleteVeths(name) }
