@@ -243,5 +243,8 @@ func regionOf(ctx context.Context, mgr *alloc.Manager, md ec2.Metadata, out io.W
 		fmt.Fprintf(out, "warm: discovered %s (%s) with %d ENIs; %d addresses added to the pool\n", inst.ID, inst.Type, len(inst.ENIs), added)
 		return inst.Region(), nil
 	}
-	return src.AZ[:len(src.AZ)-1], nil
+	if src.Region != "" {
+		return src.Region, nil
+	}
+	return (&ec2.Instance{AZ: src.AZ}).Region(), nil
 }

@@ -86,6 +86,11 @@ func cachedFull() (path string, err error) {
 	if _, err = f.Write(fullBinary); err != nil {
 		return "", err
 	}
+	// Synced before the rename: after a crash the name must never point at
+	// a file of the right size but with missing contents.
+	if err = f.Sync(); err != nil {
+		return "", err
+	}
 	if err = f.Chmod(0o700); err != nil {
 		return "", err
 	}
@@ -119,7 +124,15 @@ func runFull(cmd string, args []string, _, _ io.Writer) error {
 		return err
 	}
 	argv := append([]string{os.Args[0], cmd}, args...)
-	return fmt.Errorf("exec the full build: %w", syscall.Exec(path, argv, os.Environ()))
+	err = syscall.Exec(path, argv, os.Environ())
+	if !strings.HasPrefix(path, "/proc/") {
+		// The cached copy would not run (damaged?): drop it, use memory.
+		os.Remove(path)
+		if path, merr := memfdFull(); merr == nil {
+			err = syscall.Exec(path, argv, os.Environ())
+		}
+	}
+	return fmt.Errorf("exec the full build: %w", err)
 }
 
 // runInternal runs `eni-cni internal <what>` of the full build as a child,

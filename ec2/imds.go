@@ -36,6 +36,9 @@ func Discover(ctx context.Context, md Metadata) (*Instance, error) {
 		AZ:         r.get(ctx, "placement/availability-zone"),
 		PrimaryMAC: r.get(ctx, "mac"),
 	}
+	if region := r.optionalList(ctx, "placement/region"); len(region) == 1 {
+		inst.RegionName = region[0]
+	}
 	macs := r.list(ctx, "network/interfaces/macs/")
 	if r.err != nil {
 		return nil, r.err

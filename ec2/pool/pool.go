@@ -21,6 +21,7 @@ type SourceState struct {
 	InstanceID   string     `json:"instanceID"`
 	InstanceType string     `json:"instanceType"`
 	AZ           string     `json:"az"`
+	Region       string     `json:"region,omitempty"`
 	Limits       *Limits    `json:"limits,omitempty"`
 	ENIs         []ENIState `json:"enis"`
 	// Tombstones are addresses given back to EC2 recently. IMDS lags EC2
@@ -128,7 +129,7 @@ func (s *SourceState) pruneTombstones(now time.Time) {
 // truth), and one still listed may just have been unassigned (tombstoned).
 // ENI primaries are never pool addresses.
 func Merge(st *alloc.State, src *SourceState, inst *Instance, now time.Time) int {
-	src.InstanceID, src.InstanceType, src.AZ = inst.ID, inst.Type, inst.AZ
+	src.InstanceID, src.InstanceType, src.AZ, src.Region = inst.ID, inst.Type, inst.AZ, inst.Region()
 	src.pruneTombstones(now)
 	inPool := make(map[netip.Addr]bool, len(st.Pool))
 	for _, p := range st.Pool {
@@ -194,12 +195,17 @@ func SortPool(st *alloc.State) {
 // Instance is what IMDS says about this node.
 type Instance struct {
 	ID, Type, AZ string
+	RegionName   string // IMDS placement/region; empty if IMDS lacks it
 	PrimaryMAC   string
 	ENIs         []ENIInfo // by device number
 }
 
-// Region is the AZ without its letter.
+// Region is IMDS's placement/region, or else the AZ without its letter
+// (which is wrong for Local Zones, such as us-west-2-lax-1a).
 func (i *Instance) Region() string {
+	if i.RegionName != "" {
+		return i.RegionName
+	}
 	if len(i.AZ) < 2 {
 		return ""
 	}
