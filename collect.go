@@ -73,6 +73,11 @@ func (p *plugin) collect(ctx context.Context, live gc.Liveness, opts gc.Options,
 	c := &collection{}
 	held := map[alloc.Key]alloc.Allocation{}
 	err = p.mgr.Update(ctx, func(st *alloc.State) (bool, error) {
+		// A plugin killed in the middle of a save leaves its temporary
+		// file; only with the lock held is none of them in use.
+		if t, ok := p.mgr.Store.(interface{ CleanTemp() }); ok && !dryRun {
+			t.CleanTemp()
+		}
 		owned := gc.Owned{}
 		atts := make([]gc.Attachment, len(st.Allocations))
 		for i, a := range st.Allocations {

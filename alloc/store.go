@@ -192,7 +192,7 @@ func syncDir(dir string) error {
 }
 
 // CleanTemp removes temporary files that a process killed in the middle of
-// Save left behind. Call it with the lock held.
+// Save left behind. Call it with the lock held (gc does, every pass).
 func (d *DiskStore) CleanTemp() {
 	entries, err := os.ReadDir(d.dir)
 	if err != nil {
