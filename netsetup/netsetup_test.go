@@ -31,18 +31,12 @@ func TestHostVethName(t *testing.T) {
 // SNAT-limited from rules in throwaway namespaces, then tears it down by
 // name after the pod's namespace is gone.
 func TestSetupFromRulesAndTeardown(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: network namespaces")
-	}
-	node, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { node.Close(); testutils.UnmountNS(node) })
+	node := newNS(t)
 	pod, err := testutils.NewNS()
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { pod.Close(); testutils.UnmountNS(pod) })
 	podPath := pod.Path()
 	ip := netip.MustParseAddr("10.0.5.7")
 	p := Pod{Netns: podPath, IfName: "eth0", HostVeth: HostVethName("eni", "t1", "eth0"), IP: ip, MTU: 9001, Table: 3,
@@ -96,15 +90,8 @@ func TestSetupFromRulesAndTeardown(t *testing.T) {
 // link group) and skips names that are already gone; links outside the
 // batch stay.
 func TestDeleteVethsBatch(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: network namespaces")
-	}
-	node, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { node.Close(); testutils.UnmountNS(node) })
-	err = node.Do(func(ns.NetNS) error {
+	node := newNS(t)
+	err := node.Do(func(ns.NetNS) error {
 		var names []string
 		for _, n := range []string{"a", "b", "c", "keep"} {
 			name := HostVethName("eni", n, "eth0")
@@ -132,4 +119,19 @@ func TestDeleteVethsBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// newNS is a throwaway network namespace for a privileged test; the test is
+// skipped when not root.
+func newNS(t *testing.T) ns.NetNS {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: network namespaces")
+	}
+	n, err := testutils.NewNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close(); testutils.UnmountNS(n) })
+	return n
 }
