@@ -81,15 +81,11 @@ func hasRule(rules []netlink.Rule, ip netip.Addr, prio, table int) bool {
 }
 
 func checkPod(p Pod, podNS netns.NsHandle, hostMAC net.HardwareAddr) (net.HardwareAddr, error) {
-	h, err := netlinksafe.NewHandleAt(podNS)
+	h, link, err := podLink(p, podNS)
 	if err != nil {
-		return nil, fmt.Errorf("netlink handle in %s: %w", p.Netns, err)
+		return nil, fmt.Errorf("%w: %v", ErrMismatch, err)
 	}
 	defer h.Close()
-	link, err := h.LinkByName(p.IfName)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s in %s: %v", ErrMismatch, p.IfName, p.Netns, err)
-	}
 	if err := checkPodAddr(h, link, p); err != nil {
 		return nil, err
 	}

@@ -141,15 +141,11 @@ func createVeth(p Pod, podNS netns.NsHandle) (netlink.Link, error) {
 // configurePod gives the pod end its address, the gateway routes and the
 // permanent neighbour entry for the gateway.
 func configurePod(p Pod, podNS netns.NsHandle, hostMAC net.HardwareAddr) (net.HardwareAddr, error) {
-	h, err := netlinksafe.NewHandleAt(podNS)
+	h, link, err := podLink(p, podNS)
 	if err != nil {
-		return nil, fmt.Errorf("netlink handle in %s: %w", p.Netns, err)
+		return nil, err
 	}
 	defer h.Close()
-	link, err := h.LinkByName(p.IfName)
-	if err != nil {
-		return nil, fmt.Errorf("find %s in %s: %w", p.IfName, p.Netns, err)
-	}
 	idx := link.Attrs().Index
 	addr := &netlink.Addr{IPNet: hostNet(p.IP)}
 	if err := h.AddrAdd(link, addr); err != nil {
@@ -176,6 +172,22 @@ func configurePod(p Pod, podNS netns.NsHandle, hostMAC net.HardwareAddr) (net.Ha
 		return nil, fmt.Errorf("add neighbour %s in %s: %w", GatewayIP(), p.Netns, err)
 	}
 	return link.Attrs().HardwareAddr, nil
+}
+
+// podLink opens a netlink handle inside the pod's namespace (no thread
+// switching needed for the calls made through it) and finds the pod end.
+// The caller closes the handle.
+func podLink(p Pod, podNS netns.NsHandle) (netlinksafe.Handle, netlink.Link, error) {
+	h, err := netlinksafe.NewHandleAt(podNS)
+	if err != nil {
+		return h, nil, fmt.Errorf("netlink handle in %s: %w", p.Netns, err)
+	}
+	link, err := h.LinkByName(p.IfName)
+	if err != nil {
+		h.Close()
+		return h, nil, fmt.Errorf("find %s in %s: %w", p.IfName, p.Netns, err)
+	}
+	return h, link, nil
 }
 
 // configureHost adds the node's route to the pod and its policy rules.
