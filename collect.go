@@ -79,13 +79,14 @@ func (p *plugin) collect(ctx context.Context, live gc.Liveness, opts gc.Options,
 			t.CleanTemp()
 		}
 		owned := gc.Owned{}
+		now := p.mgr.Clock()
 		atts := make([]gc.Attachment, len(st.Allocations))
 		for i, a := range st.Allocations {
-			atts[i] = gcAttachment(a)
+			atts[i] = p.gcAttachment(a, now)
 			held[a.Key] = a
 			owned[a.IP] = a.HostVeth
 		}
-		c.Plan = gc.MakePlan(atts, live, time.Now(), opts)
+		c.Plan = gc.MakePlan(atts, live, now, opts)
 		if c.Plan.Refused != nil {
 			return false, nil
 		}
@@ -195,10 +196,18 @@ func (p *plugin) ours(st *alloc.State, snap gc.HostSnapshot) gc.HostSnapshot {
 	return snap
 }
 
-func gcAttachment(a alloc.Allocation) gc.Attachment {
+// gcAttachment is a as the planner sees it. Its allocation time is now
+// minus its age on the boot clock, not the recorded wall-clock stamp: a
+// wall clock stepped forward past the grace must not make a pod that is
+// still being created look old (alloc/clock.go).
+func (p *plugin) gcAttachment(a alloc.Allocation, now time.Time) gc.Attachment {
+	at := a.AllocatedAt
+	if !at.IsZero() {
+		at = now.Add(-p.mgr.Age(a))
+	}
 	return gc.Attachment{
 		Network: a.Network, ContainerID: a.ContainerID, IfName: a.IfName, IP: a.IP,
-		PodNamespace: a.PodNamespace, PodName: a.PodName, PodUID: a.PodUID, AllocatedAt: a.AllocatedAt,
+		PodNamespace: a.PodNamespace, PodName: a.PodName, PodUID: a.PodUID, AllocatedAt: at,
 	}
 }
 

@@ -65,7 +65,7 @@ func gcFixture(t *testing.T) (*plugin, *fakeWire, *alloc.MemStore, *fakeHost) {
 	err := p.mgr.Update(ctx, func(st *alloc.State) (bool, error) {
 		for i := range st.Allocations {
 			if st.Allocations[i].ContainerID != "newborn" {
-				st.Allocations[i].AllocatedAt = time.Now().Add(-time.Hour)
+				age(&st.Allocations[i], time.Hour)
 			}
 		}
 		return true, nil
@@ -83,6 +83,12 @@ func gcFixture(t *testing.T) (*plugin, *fakeWire, *alloc.MemStore, *fakeHost) {
 		gc.HostRule{IP: netip.MustParseAddr("10.99.0.200"), Priority: 512, Table: 254},
 		gc.HostRule{IP: netip.MustParseAddr("172.16.0.9"), Priority: 512, Table: 254}) // another network's
 	return p, w, s, host
+}
+
+// age makes a look allocated d earlier, on both clocks.
+func age(a *alloc.Allocation, d time.Duration) {
+	a.AllocatedAt = a.AllocatedAt.Add(-d)
+	a.AllocatedBoot -= d
 }
 
 func TestCollectFreesDeadKeepsAliveAndYoung(t *testing.T) {
@@ -195,7 +201,7 @@ func TestGCCommandBadRuntimeChangesNothing(t *testing.T) {
 	}
 	m.Update(context.Background(), func(st *alloc.State) (bool, error) {
 		for i := range st.Allocations {
-			st.Allocations[i].AllocatedAt = time.Now().Add(-time.Hour)
+			age(&st.Allocations[i], time.Hour)
 		}
 		return true, nil
 	})
@@ -230,6 +236,39 @@ func TestGCCommandBadRuntimeChangesNothing(t *testing.T) {
 			after, _ := os.ReadFile(statePath)
 			if !bytes.Equal(before, after) {
 				t.Error("state file changed")
+			}
+		})
+	}
+}
+
+// TestCollectGraceOnBootClock: gc judges the grace on the boot clock. A wall
+// clock stepped forward by more than the grace does not make a pod being
+// created look old; one stepped back does not keep a dead pod's address.
+func TestCollectGraceOnBootClock(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		age, step time.Duration
+		wantFreed bool
+	}{
+		{"young, wall stepped forward a day", 5 * time.Second, 24 * time.Hour, false},
+		{"old, wall stepped back a day", 20 * time.Minute, -24 * time.Hour, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, _, _ := newTestPlugin(t, "10.99.0.0/24")
+			wall, boot := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC), 5*time.Hour
+			p.mgr.Now = func() time.Time { return wall }
+			p.mgr.Boot = func() time.Duration { return boot }
+			ctx := context.Background()
+			if _, err := p.add(ctx, att("pod")); err != nil {
+				t.Fatal(err)
+			}
+			wall, boot = wall.Add(tc.age+tc.step), boot+tc.age
+			c, err := p.collect(ctx, gc.FromSandboxes([]gc.Sandbox{{ID: "other"}}), gc.Options{Grace: 10 * time.Minute, RefuseEmpty: true, Force: true}, false, &fakeHost{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if freed := len(c.Freed) == 1; freed != tc.wantFreed {
+				t.Errorf("freed %v, young %v; want freed=%v", c.Freed, c.Plan.Young, tc.wantFreed)
 			}
 		})
 	}

@@ -144,11 +144,13 @@ func cmdList(args []string, stdout, stderr io.Writer) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(l)
 	}
-	printListing(stdout, l, time.Now())
+	printListing(stdout, l, p.mgr.Age)
 	return nil
 }
 
-func printListing(w io.Writer, l listing, now time.Time) {
+// printListing prints the table; AGE is on the boot clock (alloc.Manager.Age),
+// so a stepped wall clock does not make pods look older or younger.
+func printListing(w io.Writer, l listing, age func(alloc.Allocation) time.Duration) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NETWORK\tCONTAINER\tIFNAME\tIP\tPOD\tHOST VETH\tENI\tAGE")
 	for _, a := range l.Allocations {
@@ -157,7 +159,7 @@ func printListing(w io.Writer, l listing, now time.Time) {
 			pod = "-"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Network, shortContainerID(a.ContainerID), a.IfName,
-			a.IP, pod, a.HostVeth, defaultString(a.ENI, "-"), now.Sub(a.AllocatedAt).Round(time.Second))
+			a.IP, pod, a.HostVeth, defaultString(a.ENI, "-"), age(a).Round(time.Second))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "pool: total %d, free %d, cooling %d, allocated %d (state %s)\n",

@@ -30,6 +30,24 @@ const (
 	defaultConfDir     = "/etc/cni/net.d"
 )
 
+// Minimums of the two safety delays; a smaller value is a configuration
+// error (code 7), not silently raised.
+const (
+	// minCooldown: gc unroutes a dead attachment's rules outside the lock
+	// (netlink work must not stall ADDs) after planning under it. If the
+	// address were reusable at once, a DEL of the same sandbox in between
+	// plus an ADD that takes the address would have its fresh `to`/`from`
+	// rules deleted by that unroute. Gc's unlocked window is milliseconds;
+	// a few seconds cover a loaded node. (The 30 s default also lets
+	// conntrack and neighbour entries of the old pod expire.)
+	minCooldown = 5 * time.Second
+	// minGCGrace: containerd runs ADD before the sandbox appears in
+	// ListPodSandbox, and a pod's ADD may wait for the lock (10 s), for the
+	// IMDS refresh or for a dry pool (addWaitSeconds). An allocation
+	// younger than a minute is never collectable, whatever the listing says.
+	minGCGrace = 60 * time.Second
+)
+
 // Pool sources.
 const (
 	sourceStatic = "static"
@@ -133,6 +151,12 @@ func parseConfig(data []byte) (*config, error) {
 		return nil, err
 	}
 	if c.GCGrace, err = seconds("gcGraceSeconds", nc.GCGraceSeconds, defaultGCGrace); err != nil {
+		return nil, err
+	}
+	if err := atLeast("cooldownSeconds", c.Cooldown, minCooldown, "a freed address must rest before reuse"); err != nil {
+		return nil, err
+	}
+	if err := atLeast("gcGraceSeconds", c.GCGrace, minGCGrace, "ADD runs before the runtime lists the sandbox"); err != nil {
 		return nil, err
 	}
 	if c.LockTimeout, err = seconds("lockTimeoutSeconds", nc.LockTimeoutSeconds, defaultLockTimeout); err != nil {
@@ -256,6 +280,13 @@ func seconds(key string, v *float64, def time.Duration) (time.Duration, error) {
 		return 0, fmt.Errorf("%w: %s %v is out of range", errInvalidConfig, key, *v)
 	}
 	return time.Duration(*v * float64(time.Second)), nil
+}
+
+func atLeast(key string, v, minimum time.Duration, why string) error {
+	if v < minimum {
+		return fmt.Errorf("%w: %s %g is below the minimum of %g (%s)", errInvalidConfig, key, v.Seconds(), minimum.Seconds(), why)
+	}
+	return nil
 }
 
 // findConfig returns the plugin configuration for the subcommands: the file

@@ -24,12 +24,12 @@ func TestParseConfigDefaults(t *testing.T) {
 
 func TestParseConfigKeys(t *testing.T) {
 	c, err := parseConfig([]byte(`{"cniVersion":"0.4.0","name":"n","type":"eni-cni","stateDir":"/tmp/x","mtu":1500,
-		"cooldownSeconds":0,"gcGraceSeconds":5,"lockTimeoutSeconds":0.5,"hostVethPrefix":"pod",
+		"cooldownSeconds":5,"gcGraceSeconds":60.5,"lockTimeoutSeconds":0.5,"hostVethPrefix":"pod",
 		"logFile":"/tmp/l","logLevel":"debug","pool":{"source":"static","ranges":["10.98.0.10-10.98.0.20"]}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.StateDir != "/tmp/x" || c.MTU != 1500 || c.Cooldown != 0 || c.GCGrace != 5*time.Second ||
+	if c.StateDir != "/tmp/x" || c.MTU != 1500 || c.Cooldown != 5*time.Second || c.GCGrace != 60500*time.Millisecond ||
 		c.LockTimeout != 500*time.Millisecond || c.VethPrefix != "pod" || c.LogLevel != "debug" || c.Pool.Size(nil) != 11 {
 		t.Errorf("keys not honoured: %+v", c)
 	}
@@ -56,6 +56,10 @@ func TestParseConfigErrors(t *testing.T) {
 		{"relative stateDir", `{"name":"n","stateDir":"var/lib",` + static + `}`, types.ErrInvalidNetworkConfig, "absolute"},
 		{"mtu", `{"name":"n","mtu":100,` + static + `}`, types.ErrInvalidNetworkConfig, "mtu 100"},
 		{"negative cooldown", `{"name":"n","cooldownSeconds":-1,` + static + `}`, types.ErrInvalidNetworkConfig, "cooldownSeconds"},
+		{"zero cooldown", `{"name":"n","cooldownSeconds":0,` + static + `}`, types.ErrInvalidNetworkConfig, "cooldownSeconds 0 is below the minimum of 5"},
+		{"short cooldown", `{"name":"n","cooldownSeconds":4.9,` + static + `}`, types.ErrInvalidNetworkConfig, "cooldownSeconds 4.9 is below"},
+		{"zero gc grace", `{"name":"n","gcGraceSeconds":0,` + static + `}`, types.ErrInvalidNetworkConfig, "gcGraceSeconds 0 is below the minimum of 60"},
+		{"short gc grace", `{"name":"n","gcGraceSeconds":59,` + static + `}`, types.ErrInvalidNetworkConfig, "gcGraceSeconds 59 is below"},
 		{"zero lock timeout", `{"name":"n","lockTimeoutSeconds":0,` + static + `}`, types.ErrInvalidNetworkConfig, "lockTimeoutSeconds"},
 		{"long prefix", `{"name":"n","hostVethPrefix":"toolong",` + static + `}`, types.ErrInvalidNetworkConfig, "hostVethPrefix"},
 		{"prefix chars", `{"name":"n","hostVethPrefix":"e/../",` + static + `}`, types.ErrInvalidNetworkConfig, "hostVethPrefix"},

@@ -51,7 +51,11 @@ type Manager struct {
 	BootID      string        // current boot; allocations of other boots are dropped
 	Cooldown    time.Duration // how long a freed address rests before reuse
 	LockTimeout time.Duration
-	Now         func() time.Time
+	// Now is the wall clock, for the stamps people read; Boot is the clock
+	// that does not jump, for grace and cooldown (clock.go). Both default
+	// to the system's; tests inject them.
+	Now  func() time.Time
+	Boot func() time.Duration
 }
 
 func (m *Manager) now() time.Time {
@@ -81,15 +85,26 @@ func (m *Manager) Update(ctx context.Context, fn func(st *State) (changed bool, 
 	if err != nil {
 		return err
 	}
+	// A new boot and boot stamps given to an older file's entries are saved
+	// at once, whatever fn does: until they are, every call (even one that
+	// fails, like an ADD on an exhausted pool) would derive them again.
 	// Expired cooling entries are dropped in memory only: saving just for
 	// that would make reads (list, a refused gc) rewrite the file.
 	changed := m.newBoot(st)
+	if m.stampLegacy(st, m.now(), m.boot()) {
+		changed = true
+	}
+	if changed {
+		if err := m.Store.Save(st); err != nil {
+			return err
+		}
+	}
 	m.pruneCooling(st)
 	fnChanged, err := fn(st)
 	if err != nil {
 		return err
 	}
-	if changed || fnChanged {
+	if fnChanged {
 		return m.Store.Save(st)
 	}
 	return nil
@@ -111,10 +126,10 @@ func (m *Manager) newBoot(st *State) bool {
 }
 
 func (m *Manager) pruneCooling(st *State) {
-	now := m.now()
+	now, boot := m.now(), m.boot()
 	kept := st.Cooling[:0]
 	for _, c := range st.Cooling {
-		if now.Before(c.Until) {
+		if m.cooling(c, now, boot) {
 			kept = append(kept, c)
 		}
 	}
@@ -145,7 +160,7 @@ func (m *Manager) AllocateWithSource(ctx context.Context, req Request) (a Alloca
 		a = Allocation{
 			Key: req.Key, IP: ip, ENI: eni,
 			PodNamespace: req.PodNamespace, PodName: req.PodName, PodUID: req.PodUID,
-			Netns: req.Netns, HostVeth: req.HostVeth, AllocatedAt: m.now().UTC(),
+			Netns: req.Netns, HostVeth: req.HostVeth, AllocatedAt: m.now().UTC(), AllocatedBoot: m.boot(),
 		}
 		st.Allocations = append(st.Allocations, a)
 		st.LastIP = ip
@@ -248,7 +263,11 @@ func (m *Manager) releaseIn(st *State, k Key, ip netip.Addr, cooldown time.Durat
 	a := st.Allocations[i]
 	st.Allocations = append(st.Allocations[:i], st.Allocations[i+1:]...)
 	if cooldown > 0 {
-		st.Cooling = append(st.Cooling, Cooling{IP: a.IP, Until: m.now().Add(cooldown).UTC()})
+		c := Cooling{IP: a.IP, Until: m.now().Add(cooldown).UTC()}
+		if boot := m.boot(); boot > 0 {
+			c.UntilBoot = boot + cooldown
+		}
+		st.Cooling = append(st.Cooling, c)
 	}
 	return a, true
 }
@@ -293,9 +312,9 @@ func (m *Manager) Counts(st *State) Counts {
 			allocated[a.IP] = true
 		}
 	}
-	now := m.now()
+	now, boot := m.now(), m.boot()
 	for _, cl := range st.Cooling {
-		if !allocated[cl.IP] && now.Before(cl.Until) && m.Pool.Contains(st, cl.IP) {
+		if !allocated[cl.IP] && m.cooling(cl, now, boot) && m.Pool.Contains(st, cl.IP) {
 			c.Cooling++
 		}
 	}

@@ -41,6 +41,10 @@ type Allocation struct {
 	HostVeth     string     `json:"hostVeth"`
 	ENI          string     `json:"eni"`
 	AllocatedAt  time.Time  `json:"allocatedAt"`
+	// AllocatedBoot is when the address was allocated on the boot clock
+	// (CLOCK_BOOTTIME, see clock.go); gc's grace is measured on it.
+	// Absent in files of older versions: the wall-clock stamp is used.
+	AllocatedBoot time.Duration `json:"allocatedBootNs,omitempty"`
 }
 
 // Cooling is a freed address that must not be reused before Until, so that
@@ -48,6 +52,9 @@ type Allocation struct {
 type Cooling struct {
 	IP    netip.Addr `json:"ip"`
 	Until time.Time  `json:"until"`
+	// UntilBoot is the end of the cooldown on the boot clock (clock.go);
+	// absent in files of older versions.
+	UntilBoot time.Duration `json:"untilBootNs,omitempty"`
 }
 
 // PoolAddr is an address a dynamic pool source (EC2) has assigned to this

@@ -599,7 +599,7 @@ func TestEC2ENIInOtherSubnet(t *testing.T) {
 	nw := newEC2Network(t, en, "1.0.0", map[string]any{
 		"warmIPTarget": 6, "maxENIs": 1, "subnetID": subnet2.ID,
 		"securityGroupIDs": sgs[1:], "tags": map[string]string{"team": "net"},
-	}, map[string]any{"cooldownSeconds": 0})
+	}, nil)
 
 	o := nw.mustWarm(t)
 	if c := en.fake.Calls(); c["CreateNetworkInterface"] != 0 || len(en.attached()) != 1 {
@@ -648,8 +648,8 @@ func TestEC2ENIInOtherSubnet(t *testing.T) {
 	en.assertNoHostSide(t, last.ip, last.veth)
 
 	// The node loses the ENI's set-up (link down, table flushed): the next
-	// ADD of an address on it (the same one: no cooldown, the rest is
-	// taken) sets it up again before wiring the pod.
+	// ADD of an address on it (the same one once it has cooled, the rest
+	// is taken) sets it up again before wiring the pod.
 	link, err := en.h.LinkByName(made[0])
 	if err != nil {
 		t.Fatal(err)
@@ -660,6 +660,7 @@ func TestEC2ENIInOtherSubnet(t *testing.T) {
 	if rs := en.tableRoutes(t, table); len(rs) != 0 {
 		t.Fatalf("table %d after %s went down: %v, want empty", table, made[0], rs)
 	}
+	nw.endCooldowns(t)
 	again := en.addEC2(t, nw, newPod(t, "pod-again"))
 	if again.eni.ID != sec.ID {
 		t.Fatalf("ADD after DEL: got %s on %s, want the address of %s again", again.ip, again.eni.ID, sec.ID)

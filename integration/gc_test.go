@@ -36,12 +36,12 @@ func TestGCVerbLibcni(t *testing.T) {
 		wantLibDel []int // the subset libcni DELs itself (cached and not valid)
 	}{
 		{
-			name: "unlisted attachments are freed", grace: 0,
+			name: "unlisted attachments are freed", grace: 60,
 			viaLibcni: []bool{true, true, false, false}, valid: []int{0, 2},
 			wantFreed: []int{1, 3}, wantLibDel: []int{1},
 		},
 		{
-			name: "null valid attachments free every old attachment", grace: 0,
+			name: "null valid attachments free every old attachment", grace: 60,
 			viaLibcni: []bool{false, false, false, false}, valid: nil,
 			wantFreed: []int{0, 1, 2, 3},
 		},
@@ -77,7 +77,8 @@ func TestGCVerbLibcni(t *testing.T) {
 			for _, i := range tc.valid {
 				valid = append(valid, pods[i])
 			}
-			rt.exec.take() // forget the ADDs
+			rt.exec.take()                      // forget the ADDs
+			nw.ageAllocations(t, 5*time.Minute) // past a grace of 60 s, within 600 s
 
 			if err := rt.gc(t, list, valid); err != nil {
 				t.Fatalf("GCNetworkList: %v", err)
@@ -126,7 +127,7 @@ func TestGCOtherNetwork(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				n := newNode(t)
-				a := newNetwork(t, n, "1.1.0", []string{"10.99.3.0/24"}, map[string]any{"gcGraceSeconds": 0})
+				a := newNetwork(t, n, "1.1.0", []string{"10.99.3.0/24"}, map[string]any{"gcGraceSeconds": 60})
 				var extra map[string]any
 				if shared {
 					extra = map[string]any{"stateDir": a.stateDir}
@@ -142,6 +143,7 @@ func TestGCOtherNetwork(t *testing.T) {
 					aGone = []attached{rt.add(t, listA, aPods[0]), a.addDirect(t, aPods[1])}
 					bKept = []attached{rt.add(t, listB, bPods[0]), b.addDirect(t, bPods[1])}
 					rt.exec.take()
+					a.ageAllocations(t, 5*time.Minute)
 					if err := rt.gc(t, listA, nil); err != nil {
 						t.Fatalf("GCNetworkList of %s: %v", a.name, err)
 					}
@@ -210,7 +212,7 @@ func TestGCSweepLeftovers(t *testing.T) {
 	for _, how := range []string{"eni-cni gc", "CNI GC verb"} {
 		t.Run(how, func(t *testing.T) {
 			n := newNode(t)
-			nw := newNetwork(t, n, "1.1.0", []string{"10.99.0.0/24"}, map[string]any{"gcGraceSeconds": 0})
+			nw := newNetwork(t, n, "1.1.0", []string{"10.99.0.0/24"}, map[string]any{"gcGraceSeconds": 60})
 			pods := newPods(t, 2)
 			live := []attached{nw.addDirect(t, pods[0]), nw.addDirect(t, pods[1])}
 			cri := crifake.Start(t)

@@ -244,7 +244,7 @@ func TestDelWithoutNetns(t *testing.T) {
 
 // TestExhaustion fills a 3-address pool: the 4th ADD fails with "try again
 // later" (11) and leaves nothing behind; a freed address cools down before
-// reuse unless cooldownSeconds is 0.
+// reuse, and is given out again once it has cooled.
 func TestExhaustion(t *testing.T) {
 	ranges := []string{"10.98.0.10-10.98.0.12"}
 	first, last := netip.MustParseAddr("10.98.0.10"), netip.MustParseAddr("10.98.0.12")
@@ -280,15 +280,16 @@ func TestExhaustion(t *testing.T) {
 		}
 	})
 
-	t.Run("cooldownSeconds 0", func(t *testing.T) {
+	t.Run("after the cooldown", func(t *testing.T) {
 		n := newNode(t)
-		nw := newNetwork(t, n, "1.0.0", ranges, map[string]any{"cooldownSeconds": 0})
+		nw := newNetwork(t, n, "1.0.0", ranges, map[string]any{"cooldownSeconds": 5})
 		atts, waiting := fill(t, nw)
 
 		nw.del(t, atts[0].pod, atts[0].pod.path())
+		nw.endCooldowns(t)
 		res, _ := nw.add(t, waiting)
 		if ip := resultIP(t, res); ip != atts[0].ip {
-			t.Errorf("ADD after DEL with no cooldown: got %s, want the freed %s", ip, atts[0].ip)
+			t.Errorf("ADD after DEL and the cooldown: got %s, want the freed %s", ip, atts[0].ip)
 		}
 		assertWired(t, n, waiting, atts[0].ip, hostVethOf(t, res))
 	})

@@ -89,7 +89,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.gcRounds, "gc-rounds", 3, "rounds of freeing gc and of the GC verb")
 	fs.IntVar(&c.profileAdds, "profile-adds", 2000, "in-process ADDs under the pprof CPU profile (0: skip)")
 	fs.IntVar(&c.perfN, "perf-n", 100, "exec'ed ADDs per plugin under perf record -a, if perf is installed (0: skip)")
-	fs.Float64Var(&c.cooldown, "cooldown", 1, "eni-cni cooldownSeconds (the default 30 would exhaust the /24 between phases)")
+	fs.Float64Var(&c.cooldown, "cooldown", 5, "eni-cni cooldownSeconds, at least 5 (the default 30 would exhaust the /24 between phases)")
 	fs.IntVar(&c.mtu, "mtu", 9001, "MTU of both plugins")
 	fs.BoolVar(&c.quick, "quick", false, "small counts for a quick check (explicit flags still win)")
 	if err := fs.Parse(args); err != nil {
