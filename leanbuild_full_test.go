@@ -1,0 +1,6 @@
+//go:build !lean
+
+package main
+
+// leanBuild: see leanbuild_lean_test.go.
+const leanBuild = false
