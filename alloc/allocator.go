@@ -56,6 +56,13 @@ type Manager struct {
 	// to the system's; tests inject them.
 	Now  func() time.Time
 	Boot func() time.Duration
+	// OnMissing is asked, under the lock, before a new state is used
+	// because the store has no state file. An error refuses the operation.
+	// A brand-new node legitimately has no file; a node whose file was lost
+	// (or whose stateDir changed) still has pods, and starting from an
+	// empty state would hand their addresses out again. The caller, who
+	// can see the node, tells the two apart (plugin.go: stateLost).
+	OnMissing func() error
 }
 
 func (m *Manager) now() time.Time {
@@ -81,7 +88,7 @@ func (m *Manager) Update(ctx context.Context, fn func(st *State) (changed bool, 
 			err = uerr
 		}
 	}()
-	st, err := m.Store.Load()
+	st, err := m.Load()
 	if err != nil {
 		return err
 	}
@@ -108,6 +115,22 @@ func (m *Manager) Update(ctx context.Context, fn func(st *State) (changed bool, 
 		return m.Store.Save(st)
 	}
 	return nil
+}
+
+// Load reads the state without the lock (for STATUS, which must not queue
+// behind a busy ADD: saves replace the file by rename, so a read sees one
+// whole state), with the OnMissing check that Update makes.
+func (m *Manager) Load() (*State, error) {
+	st, err := m.Store.Load()
+	if err != nil {
+		return nil, err
+	}
+	if st.Missing() && m.OnMissing != nil {
+		if err := m.OnMissing(); err != nil {
+			return nil, err
+		}
+	}
+	return st, nil
 }
 
 // newBoot drops the allocations of a previous boot. Pods and their veths do

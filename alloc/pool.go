@@ -37,6 +37,9 @@ func ParseRanges(specs []string) (Ranges, error) {
 	var rs Ranges
 	for _, spec := range specs {
 		r, err := parseRange(strings.TrimSpace(spec))
+		if err == nil {
+			err = r.special()
+		}
 		if err != nil {
 			return nil, fmt.Errorf("range %q: %w", spec, err)
 		}
@@ -84,6 +87,25 @@ func parseRange(spec string) (Range, error) {
 		first, last = first.Next(), last.Prev()
 	}
 	return Range{first, last}, nil
+}
+
+// notForPods are the IPv4 blocks no pod address may come from (see
+// PodAddress): a range reaching into one would hand a pod 127.0.0.1, the
+// gateway 169.254.1.1 or a multicast address.
+var notForPods = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("169.254.0.0/16"),
+	netip.MustParsePrefix("224.0.0.0/3"), // multicast, reserved and broadcast
+}
+
+func (r Range) special() error {
+	for _, p := range notForPods {
+		if r.First.Compare(lastAddr(p)) <= 0 && p.Addr().Compare(r.Last) <= 0 {
+			return fmt.Errorf("reaches into %s, which holds no pod addresses", p)
+		}
+	}
+	return nil
 }
 
 func lastAddr(p netip.Prefix) netip.Addr {

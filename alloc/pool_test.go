@@ -65,6 +65,11 @@ func TestParseRangesErrors(t *testing.T) {
 		{[]string{"garbage"}, "neither a CIDR"},
 		{[]string{"10.0.0.0/24", "10.0.0.100-10.0.0.110"}, "overlaps"},
 		{[]string{""}, `range ""`},
+		{[]string{"127.0.0.0/24"}, "reaches into 127.0.0.0/8"},
+		{[]string{"169.254.1.0/24"}, "reaches into 169.254.0.0/16"},
+		{[]string{"200.0.0.1-230.0.0.1"}, "reaches into 224.0.0.0/3"},
+		{[]string{"255.255.255.255/32"}, "reaches into 224.0.0.0/3"},
+		{[]string{"0.0.0.0/24"}, "reaches into 0.0.0.0/8"},
 	}
 	for _, tt := range tests {
 		_, err := ParseRanges(tt.specs)

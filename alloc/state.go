@@ -80,7 +80,14 @@ type State struct {
 	Pool   []PoolAddr `json:"pool,omitempty"`
 	// Source is opaque data owned by the pool source (ENIs, limits).
 	Source json.RawMessage `json:"source,omitempty"`
+
+	// missing: the store had no state file; this state is new.
+	missing bool
 }
+
+// Missing reports that the store had no state file and st is a new state:
+// a node that never ran eni-cni, or one whose state file was lost.
+func (s *State) Missing() bool { return s.missing }
 
 // NewState returns the state of a node that has never run the plugin.
 func NewState(bootID string) *State {
@@ -122,6 +129,12 @@ func (s *State) validate() error {
 		if !a.IP.Is4() {
 			return fmt.Errorf("%w: allocation %s has no valid IPv4 address", ErrCorrupt, a.Key)
 		}
+		if !podAddress(a.IP) {
+			return fmt.Errorf("%w: allocation %s holds %s, which no pool can contain (loopback, multicast, link-local or broadcast)", ErrCorrupt, a.Key, a.IP)
+		}
+		if !validIfName(a.HostVeth) {
+			return fmt.Errorf("%w: allocation %s names host veth %q, which is not an interface name", ErrCorrupt, a.Key, a.HostVeth)
+		}
 		if keys[a.Key] {
 			return fmt.Errorf("%w: allocation %s appears twice", ErrCorrupt, a.Key)
 		}
@@ -136,12 +149,46 @@ func (s *State) validate() error {
 			return fmt.Errorf("%w: cooling entry without a valid IPv4 address", ErrCorrupt)
 		}
 	}
+	inPool := make(map[netip.Addr]bool, len(s.Pool))
 	for _, p := range s.Pool {
 		if !p.IP.Is4() {
 			return fmt.Errorf("%w: pool entry without a valid IPv4 address", ErrCorrupt)
 		}
+		if inPool[p.IP] {
+			return fmt.Errorf("%w: address %s is in the pool twice", ErrCorrupt, p.IP)
+		}
+		inPool[p.IP] = true
 	}
 	return nil
+}
+
+// PodAddress reports whether ip could ever be a pod's address: IPv4
+// unicast, not loopback, link-local (169.254.1.1 is every pod's gateway),
+// multicast, unspecified or the broadcast address. Static ranges and the
+// state file are both held to it.
+func PodAddress(ip netip.Addr) bool { return podAddress(ip) }
+
+func podAddress(ip netip.Addr) bool {
+	return ip.Is4() && !ip.IsLoopback() && !ip.IsMulticast() && !ip.IsLinkLocalUnicast() &&
+		!ip.IsUnspecified() && ip != netip.AddrFrom4([4]byte{255, 255, 255, 255})
+}
+
+// validIfName: what the kernel accepts as an interface name, so a recorded
+// host veth can never make DEL act on something like "../x" ("" is allowed:
+// nothing to delete). netsetup also deletes only links of type veth.
+func validIfName(s string) bool {
+	if s == "" {
+		return true
+	}
+	if len(s) > 15 || s == "." || s == ".." {
+		return false
+	}
+	for _, r := range s {
+		if r <= ' ' || r == '/' || r == ':' || r >= 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // decodeState parses and validates the bytes of a state file.

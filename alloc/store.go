@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
+	"time"
 
 	"github.com/gofrs/flock"
+	"golang.org/x/sys/unix"
 )
 
 // Store is where the state lives. Load and Save must only be called between
@@ -32,6 +36,17 @@ var ErrLockTimeout = errors.New("timed out waiting for the state lock")
 // ErrIO marks a failure to read or write the state file itself.
 var ErrIO = errors.New("state file i/o")
 
+// ErrInsecure reports a state directory, state file or lock file that
+// eni-cni must not trust: a symlink, not a regular file, owned by another
+// user, or writable by group or others. Whoever could have written it could
+// have handed a pod's address to another or named the node's own links as
+// pod veths. It is never "fixed" silently: the message says what to check.
+var ErrInsecure = errors.New("state path is not safe to trust")
+
+// maxStateSize bounds what Load reads: a node's state is tens of kilobytes
+// (about 300 bytes per allocation); anything near this is not ours.
+const maxStateSize = 64 << 20
+
 // File names inside the state directory.
 const (
 	StateFileName = "state.json"
@@ -46,12 +61,32 @@ const (
 // that the next save unlinks, and two processes could both "hold" it.
 // flock locks belong to the open file description, so they are released when
 // the process dies; a crashed plugin never wedges the node.
+//
+// Nothing in the directory is followed if it is a symlink: the state file
+// and the lock are opened with O_NOFOLLOW (and O_NONBLOCK, so a FIFO planted
+// there cannot hang a call that holds the lock), the temporary file of a
+// save is created with O_EXCL under a random name, and the rename replaces
+// the directory entry, never a symlink's target. The directory itself may
+// be a symlink (an operator moving /var/lib/eni-cni to another disk); its
+// target must pass the same owner and mode checks.
 type DiskStore struct {
 	dir  string
 	held *flock.Flock
+	// createTemp makes the temporary file of a save; tests replace it to
+	// inject write errors (a full disk) without filling one.
+	createTemp func(dir, pattern string) (tempFile, error)
+}
+
+// tempFile is what a save writes through.
+type tempFile interface {
+	io.Writer
+	Sync() error
+	Close() error
+	Name() string
 }
 
 // NewDiskStore returns a store in dir, creating dir (mode 0700) if needed.
+// An existing dir must be owned by this user and not writable by others.
 func NewDiskStore(dir string) (*DiskStore, error) {
 	if dir == "" {
 		return nil, errors.New("state directory is empty")
@@ -59,7 +94,34 @@ func NewDiskStore(dir string) (*DiskStore, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create state directory: %w", err)
 	}
-	return &DiskStore{dir: dir}, nil
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("state directory %s: %w", dir, err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("state directory %s: %w: not a directory", dir, ErrInsecure)
+	}
+	if err := trusted(dir, fi); err != nil {
+		return nil, err
+	}
+	return &DiskStore{dir: dir, createTemp: osCreateTemp}, nil
+}
+
+func osCreateTemp(dir, pattern string) (tempFile, error) { return os.CreateTemp(dir, pattern) }
+
+// trusted checks that only this user can have written what fi describes.
+func trusted(path string, fi fs.FileInfo) error {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil
+	}
+	if uid := os.Geteuid(); int(st.Uid) != uid {
+		return fmt.Errorf("%s: %w: owned by uid %d, not by uid %d that runs eni-cni (chown it, or check who wrote it)", path, ErrInsecure, st.Uid, uid)
+	}
+	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
+		return fmt.Errorf("%s: %w: mode %04o lets group or others write it (want 0700 for the directory, 0600 for files)", path, ErrInsecure, perm)
+	}
+	return nil
 }
 
 // Path is the state file's path, for messages.
@@ -72,34 +134,62 @@ func (d *DiskStore) lockPath() string { return filepath.Join(d.dir, LockFileName
 // needs to finish, and the queue collapses into timeouts. The wait is
 // bounded by ctx; a waiter that gives up leaves a goroutine that releases
 // the lock as soon as it gets it.
+//
+// On a timeout the message names the lock file and, from /proc/locks, the
+// process that holds it, so a stuck holder can be found and dealt with.
 func (d *DiskStore) Lock(ctx context.Context) error {
 	if d.held != nil {
 		return fmt.Errorf("lock %s: already held by this store", d.lockPath())
 	}
-	fl := flock.New(d.lockPath(), flock.SetPermissions(0o600))
+	start := time.Now()
+	fl := flock.New(d.lockPath(), flock.SetPermissions(0o600),
+		flock.SetFlag(os.O_CREATE|os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK))
 	if ok, err := fl.TryLock(); err != nil {
-		return fmt.Errorf("lock %s: %w", d.lockPath(), err)
+		return d.lockError(err)
 	} else if ok {
-		d.held = fl
-		return nil
+		return d.hold(fl)
 	}
 	done := make(chan error, 1)
 	go func() { done <- fl.Lock() }()
 	select {
 	case err := <-done:
 		if err != nil {
-			return fmt.Errorf("lock %s: %w", d.lockPath(), err)
+			return d.lockError(err)
 		}
-		d.held = fl
-		return nil
+		return d.hold(fl)
 	case <-ctx.Done():
 		go func() {
 			if err := <-done; err == nil {
 				fl.Unlock()
 			}
 		}()
-		return fmt.Errorf("lock %s: %w", d.lockPath(), ErrLockTimeout)
+		return fmt.Errorf("lock %s: %w (waited %s%s)", d.lockPath(), ErrLockTimeout,
+			time.Since(start).Round(time.Millisecond), describeHolders(d.lockPath()))
 	}
+}
+
+func (d *DiskStore) lockError(err error) error {
+	if errors.Is(err, unix.ELOOP) {
+		return fmt.Errorf("lock %s: %w: it is a symlink", d.lockPath(), ErrInsecure)
+	}
+	return fmt.Errorf("lock %s: %w", d.lockPath(), err)
+}
+
+// hold keeps fl as the held lock once the locked file proved trustworthy:
+// a regular file of ours that nobody else can replace the content of.
+func (d *DiskStore) hold(fl *flock.Flock) error {
+	fi, err := fl.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = fmt.Errorf("%s: %w: not a regular file (%s)", d.lockPath(), ErrInsecure, fi.Mode().Type())
+	} else if err == nil {
+		err = trusted(d.lockPath(), fi)
+	}
+	if err != nil {
+		fl.Unlock()
+		return fmt.Errorf("lock: %w", err)
+	}
+	d.held = fl
+	return nil
 }
 
 func (d *DiskStore) Unlock() error {
@@ -114,23 +204,81 @@ func (d *DiskStore) Unlock() error {
 	return nil
 }
 
-// Load reads the state file. A missing file is a node that never ran the
-// plugin; anything else that cannot be parsed is an error naming the file,
-// and the file stays as it is.
+// Load reads the state file. A missing file gives a new state marked
+// Missing (see Manager.OnMissing); anything that cannot be parsed or
+// trusted is an error naming the file, and the file stays as it is.
 func (d *DiskStore) Load() (*State, error) {
 	path := d.Path()
-	data, err := os.ReadFile(path)
+	data, err := d.ReadRaw()
 	if errors.Is(err, fs.ErrNotExist) {
-		return NewState(""), nil
+		st := NewState("")
+		st.missing = true
+		return st, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read state %s: %w: %w", path, ErrIO, err)
+		return nil, fmt.Errorf("read state %s: %w", path, err)
 	}
 	st, err := decodeState(data)
 	if err != nil {
 		return nil, fmt.Errorf("read state %s: %w", path, err)
 	}
 	return st, nil
+}
+
+// ReadRaw returns the bytes of the state file after checking that it is a
+// regular file of ours; fs.ErrNotExist if there is none. `eni-cni repair`
+// uses it to salvage what it can from a file Load refuses.
+func (d *DiskStore) ReadRaw() ([]byte, error) {
+	path := d.Path()
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, err
+	case errors.Is(err, unix.ELOOP):
+		return nil, fmt.Errorf("%w: it is a symlink (eni-cni never follows one out of the state directory)", ErrInsecure)
+	case err != nil:
+		return nil, fmt.Errorf("%w: %w", ErrIO, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrIO, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: not a regular file (%s)", ErrInsecure, fi.Mode().Type())
+	}
+	if err := trusted(path, fi); err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxStateSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrIO, err)
+	}
+	if len(data) > maxStateSize {
+		return nil, fmt.Errorf("%w: larger than %d MiB", ErrCorrupt, maxStateSize>>20)
+	}
+	return data, nil
+}
+
+// SetAside renames the state file to state.json.bad-<UTC time> and returns
+// the new path. `eni-cni repair` keeps a file it cannot use this way: it is
+// never deleted, an operator may want what is in it.
+func (d *DiskStore) SetAside(now time.Time) (string, error) {
+	base := d.Path() + ".bad-" + now.UTC().Format("20060102T150405Z")
+	for i := 0; ; i++ {
+		dst := base
+		if i > 0 {
+			dst = fmt.Sprintf("%s.%d", base, i)
+		}
+		if _, err := os.Lstat(dst); err == nil {
+			continue
+		}
+		if err := os.Rename(d.Path(), dst); err != nil {
+			return "", fmt.Errorf("set %s aside: %w", d.Path(), err)
+		}
+		_ = syncDir(d.dir)
+		return dst, nil
+	}
 }
 
 // Save replaces the state file atomically: a reader, or a node that loses
@@ -140,7 +288,7 @@ func (d *DiskStore) Save(st *State) error {
 	if err != nil {
 		return fmt.Errorf("encode state: %w", err)
 	}
-	if err := writeFileAtomic(d.Path(), data); err != nil {
+	if err := d.writeFileAtomic(d.Path(), data); err != nil {
 		return fmt.Errorf("save state %s: %w: %w", d.Path(), ErrIO, err)
 	}
 	return nil
@@ -148,10 +296,11 @@ func (d *DiskStore) Save(st *State) error {
 
 // writeFileAtomic writes data to a temporary file in the same directory,
 // syncs it, renames it over path and syncs the directory so the rename
-// itself survives a crash. On failure the temporary file is removed.
-func writeFileAtomic(path string, data []byte) (err error) {
+// itself survives a crash. On failure (a full disk, a read-only file
+// system) the temporary file is removed and path is as it was.
+func (d *DiskStore) writeFileAtomic(path string, data []byte) (err error) {
 	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
+	f, err := d.createTemp(dir, filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return err
 	}
@@ -241,7 +390,9 @@ func (m *MemStore) Load() (*State, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.data == nil {
-		return NewState(""), nil
+		st := NewState("")
+		st.missing = true
+		return st, nil
 	}
 	return decodeState(m.data)
 }

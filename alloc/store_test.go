@@ -91,6 +91,18 @@ func TestDiskStoreBadFiles(t *testing.T) {
 		{"duplicate key", `{"version":1,"allocations":[` + alloc("a", "10.0.0.5") + `,` + alloc("a", "10.0.0.6") + `]}`, ErrCorrupt, "appears twice"},
 		{"empty key", `{"version":1,"allocations":[{"network":"pods","ifname":"eth0","ip":"10.0.0.5"}]}`, ErrCorrupt, "empty network"},
 		{"wrong type", `{"version":"1"}`, ErrCorrupt, "cannot unmarshal"},
+		{"wrong type deep", `{"version":1,"allocations":{"a":1}}`, ErrCorrupt, "cannot unmarshal"},
+		{"wrong type of time", `{"version":1,"allocations":[{"network":"pods","containerID":"a","ifname":"eth0","ip":"10.0.0.5","allocatedAt":17}]}`, ErrCorrupt, "not a JSON string"},
+		{"not an object", `[1,2,3]`, ErrCorrupt, "cannot unmarshal"},
+		{"null", `null`, ErrCorrupt, "no version"},
+		{"negative version", `{"version":-1}`, ErrUnsupportedVersion, "version -1"},
+		{"loopback ip", `{"version":1,"allocations":[` + alloc("a", "127.0.0.1") + `]}`, ErrCorrupt, "loopback"},
+		{"gateway ip", `{"version":1,"allocations":[` + alloc("a", "169.254.1.1") + `]}`, ErrCorrupt, "169.254.1.1"},
+		{"broadcast ip", `{"version":1,"allocations":[` + alloc("a", "255.255.255.255") + `]}`, ErrCorrupt, "broadcast"},
+		{"veth path", `{"version":1,"allocations":[{"network":"pods","containerID":"a","ifname":"eth0","ip":"10.0.0.5","hostVeth":"../eth0"}]}`, ErrCorrupt, "not an interface name"},
+		{"veth too long", `{"version":1,"allocations":[{"network":"pods","containerID":"a","ifname":"eth0","ip":"10.0.0.5","hostVeth":"eni0123456789abcdef"}]}`, ErrCorrupt, "not an interface name"},
+		{"pool twice", `{"version":1,"pool":[{"ip":"10.0.0.5","eni":"eni-1"},{"ip":"10.0.0.5","eni":"eni-2"}]}`, ErrCorrupt, "in the pool twice"},
+		{"trailing garbage", `{"version":1}{"version":1}`, ErrCorrupt, "invalid character"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -148,15 +160,19 @@ func TestDiskStoreSaveFailureLeavesNoTemp(t *testing.T) {
 
 func TestWriteFileAtomicCleansUp(t *testing.T) {
 	dir := t.TempDir()
+	s, err := NewDiskStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	path := filepath.Join(dir, "f")
-	if err := writeFileAtomic(path, []byte("one")); err != nil {
+	if err := s.writeFileAtomic(path, []byte("one")); err != nil {
 		t.Fatal(err)
 	}
 	// A directory where the file should go makes the rename fail.
 	bad := filepath.Join(dir, "d")
 	os.Mkdir(bad, 0o700)
 	os.WriteFile(filepath.Join(bad, "x"), nil, 0o600)
-	if err := writeFileAtomic(bad, []byte("two")); err == nil {
+	if err := s.writeFileAtomic(bad, []byte("two")); err == nil {
 		t.Fatal("rename over a non-empty directory succeeded")
 	}
 	entries, _ := os.ReadDir(dir)
