@@ -70,6 +70,7 @@ func runVerb(verb string, args *skel.CmdArgs, fn verbFunc) error {
 	var attrs []any
 	p, err := newPlugin(cfg)
 	if err == nil {
+		p.log = logger
 		attrs, err = fn(context.Background(), p)
 	} else if verb == "STATUS" {
 		err = fmt.Errorf("%w: %w", errNotReady, err)
@@ -97,11 +98,11 @@ func newPlugin(cfg *config) (*plugin, error) {
 		Store: store, Pool: cfg.Pool, BootID: bootID,
 		Cooldown: cfg.Cooldown, LockTimeout: cfg.LockTimeout,
 	}
-	p := &plugin{cfg: cfg, mgr: mgr, wire: kernel{}, source: staticSource{cfg.Pool}}
+	var src poolSource = staticSource{cfg.Pool}
 	if cfg.Source == sourceEC2 {
-		p.source = ec2Source{cfg: cfg, mgr: mgr}
+		src = ec2Source{cfg: cfg, mgr: mgr}
 	}
-	return p, nil
+	return newPluginWith(cfg, mgr, kernel{}, src), nil
 }
 
 func cmdAdd(args *skel.CmdArgs) error {
@@ -265,11 +266,13 @@ func toCNIError(err error) *types.Error {
 		code = types.ErrInvalidNetNS
 	case errors.Is(err, errNotReady):
 		code = types.ErrPluginNotAvailable
-	case errors.Is(err, alloc.ErrLockTimeout), errors.Is(err, alloc.ErrPoolExhausted), errors.Is(err, netsetup.ErrNoLink):
+	case errors.Is(err, alloc.ErrLockTimeout), errors.Is(err, alloc.ErrPoolExhausted), errors.Is(err, netsetup.ErrNoLink),
+		errors.Is(err, netsetup.ErrRouteTaken): // the address is given back; a retry takes another
 		code = types.ErrTryAgainLater
 	case errors.Is(err, errNoAllocation):
 		code = types.ErrUnknownContainer
-	case errors.Is(err, alloc.ErrCorrupt), errors.Is(err, alloc.ErrUnsupportedVersion), errors.Is(err, alloc.ErrIO), errors.As(err, &pathErr):
+	case errors.Is(err, alloc.ErrCorrupt), errors.Is(err, alloc.ErrUnsupportedVersion), errors.Is(err, alloc.ErrIO),
+		errors.Is(err, alloc.ErrInsecure), errors.Is(err, alloc.ErrStateLost), errors.As(err, &pathErr):
 		code = types.ErrIOFailure
 	}
 	return types.NewError(code, err.Error(), "")

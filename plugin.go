@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
+	"path/filepath"
+	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -24,6 +27,9 @@ type wirer interface {
 	Unroute([]netsetup.Attachment) error
 	// DeleteVeths deletes host veths (slow: the kernel waits for RCU).
 	DeleteVeths(names ...string) error
+	// PodRoutes lists the /32 routes through the node's veths named like
+	// ours (prefix): the wiring of pods, whatever the store says.
+	PodRoutes(prefix string) ([]netsetup.PodRoute, error)
 }
 
 // teardown removes an attachment's wiring: routes and rules, then the veth.
@@ -38,6 +44,13 @@ func (kernel) Setup(p netsetup.Pod) (netsetup.Links, error) { return netsetup.Se
 func (kernel) Check(p netsetup.Pod) (netsetup.Links, error) { return netsetup.Check(p) }
 func (kernel) Unroute(a []netsetup.Attachment) error        { return netsetup.Unroute(a) }
 func (kernel) DeleteVeths(names ...string) error            { return netsetup.DeleteVeths(names...) }
+func (kernel) PodRoutes(prefix string) ([]netsetup.PodRoute, error) {
+	veths, err := netsetup.OurVeths(prefix)
+	if err != nil {
+		return nil, err
+	}
+	return netsetup.OurRoutes(veths)
+}
 
 // attachment is what a CNI call says about the sandbox being attached.
 type attachment struct {
@@ -59,6 +72,67 @@ type plugin struct {
 	mgr    *alloc.Manager
 	wire   wirer
 	source poolSource
+	log    *slog.Logger // nil: slog.Default()
+}
+
+// newPluginWith wires the verbs' dependencies together; the store refuses
+// to start from nothing on a node that has pods (stateLost).
+func newPluginWith(cfg *config, mgr *alloc.Manager, w wirer, src poolSource) *plugin {
+	p := &plugin{cfg: cfg, mgr: mgr, wire: w, source: src}
+	mgr.OnMissing = p.stateLost
+	return p
+}
+
+func (p *plugin) logger() *slog.Logger {
+	if p.log != nil {
+		return p.log
+	}
+	return slog.Default()
+}
+
+// stateLost tells a brand-new node (no state file, no pods of ours) from
+// one whose state file was lost or whose stateDir changed (no state file,
+// but veths of ours routing addresses of this network's pool). On the
+// second, starting from an empty state would hand the live pods'
+// addresses to new pods, so every verb but DEL refuses until `eni-cni
+// repair` has rebuilt the state from the node and the CRI runtime. ADD
+// cannot do that repair itself: the host veth's name is a hash of the
+// sandbox ID, and only the runtime's listing maps it back to a sandbox.
+//
+// For a static pool, "this network's" means routed to an address of its
+// ranges, so another network's pods (own stateDir, same veth prefix) do not
+// count. An ec2 pool is only known from the lost state, so every routed
+// veth of ours counts.
+func (p *plugin) stateLost() error {
+	routes, err := p.wire.PodRoutes(p.cfg.VethPrefix)
+	if err != nil {
+		return fmt.Errorf("%w: %s is missing and the node's pod routes cannot be listed to tell a new node from a lost state: %w",
+			alloc.ErrStateLost, p.statePath(), err)
+	}
+	var ours []string
+	for _, r := range routes {
+		if p.cfg.Source == sourceStatic && !p.cfg.Pool.Contains(nil, r.IP) {
+			continue
+		}
+		ours = append(ours, r.IP.String()+" dev "+r.Veth)
+	}
+	if len(ours) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s is missing, but the node routes %d addresses of network %q through eni-cni veths (%s): "+
+		"the state was lost or stateDir changed, and handing addresses out now could give a live pod's address to another; "+
+		"run `eni-cni repair` to rebuild the state from the node and the CRI runtime",
+		alloc.ErrStateLost, p.statePath(), len(ours), p.cfg.Network, abbreviate(ours, 3))
+}
+
+func (p *plugin) statePath() string { return filepath.Join(p.cfg.StateDir, alloc.StateFileName) }
+
+// abbreviate joins the first n items and says how many more there are.
+func abbreviate(items []string, n int) string {
+	if len(items) <= n {
+		return strings.Join(items, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(items[:n], ", "), len(items)-n)
 }
 
 func (p *plugin) podSpec(a alloc.Allocation, netns string, r podRouting) netsetup.Pod {
@@ -151,6 +225,9 @@ func (p *plugin) result(a alloc.Allocation, netns string, l netsetup.Links) *cur
 // best-effort teardown by derived name and is not an error.
 func (p *plugin) del(ctx context.Context, k alloc.Key) error {
 	a, found, err := p.mgr.Get(ctx, k)
+	if storeUnusable(err) {
+		return p.delWithoutStore(k, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -171,6 +248,45 @@ func (p *plugin) del(ctx context.Context, k alloc.Key) error {
 		err = errors.Join(err, fmt.Errorf("delete host veth of %s: %w", k, verr))
 	}
 	return err
+}
+
+// storeUnusable: the store cannot be read until an operator acts (corrupt,
+// newer version, untrusted, lost). Not a lock timeout or an I/O error,
+// which a retry may get past.
+func storeUnusable(err error) bool {
+	return errors.Is(err, alloc.ErrCorrupt) || errors.Is(err, alloc.ErrUnsupportedVersion) ||
+		errors.Is(err, alloc.ErrInsecure) || errors.Is(err, alloc.ErrStateLost)
+}
+
+// delWithoutStore is DEL when the store cannot be read. Failing would make
+// the runtime retry for ever and keep the pod Terminating, with nothing
+// ever freed. Instead it tears down the host side by the derived veth name
+// (the /32 routes through that veth say which addresses it had, and their
+// rules go too) and succeeds, logging at error level. The address is not
+// released, as the store cannot record it: it stays out of use, the safe
+// side, and ADD and STATUS keep failing until `eni-cni repair` rebuilds the
+// state, which then finds the veth gone and the address free.
+func (p *plugin) delWithoutStore(k alloc.Key, cause error) error {
+	veth := netsetup.HostVethName(p.cfg.VethPrefix, k.ContainerID, k.IfName)
+	routes, err := p.wire.PodRoutes(p.cfg.VethPrefix)
+	if err != nil {
+		return errors.Join(cause, fmt.Errorf("tear down %s without the store: %w", k, err))
+	}
+	var atts []netsetup.Attachment
+	var ips []string
+	for _, r := range routes {
+		if r.Veth == veth {
+			atts = append(atts, netsetup.Attachment{HostVeth: veth, IP: r.IP})
+			ips = append(ips, r.IP.String())
+		}
+	}
+	if err := errors.Join(p.wire.Unroute(atts), p.wire.DeleteVeths(veth)); err != nil {
+		return errors.Join(cause, fmt.Errorf("tear down %s (%s) without the store: %w", k, veth, err))
+	}
+	p.logger().Error("DEL tore down the host side without the store; its address stays out of use until `eni-cni repair`",
+		"network", k.Network, "containerID", k.ContainerID, "ifname", k.IfName, "hostVeth", veth,
+		"addresses", strings.Join(ips, ","), "store", cause)
+	return nil
 }
 
 // check verifies the allocation, prevResult and wiring agree.
@@ -208,7 +324,7 @@ var errNotReady = errors.New("cannot serve ADD")
 func (p *plugin) status(ctx context.Context) (alloc.Counts, error) {
 	// Read without the lock: saves replace the file by rename, so a read
 	// sees one whole state, and STATUS must not queue behind a busy ADD.
-	st, err := p.mgr.Store.Load()
+	st, err := p.mgr.Load()
 	if err != nil {
 		return alloc.Counts{}, fmt.Errorf("%w: %w", errNotReady, err)
 	}

@@ -82,6 +82,19 @@ func (f *fakeWire) DeleteVeths(names ...string) error {
 	return nil
 }
 
+// PodRoutes lists the wired veths' routes (all of them carry our prefix).
+func (f *fakeWire) PodRoutes(string) ([]netsetup.PodRoute, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []netsetup.PodRoute
+	for veth, ip := range f.wired {
+		if ip.IsValid() {
+			out = append(out, netsetup.PodRoute{IP: ip, Veth: veth})
+		}
+	}
+	return out, nil
+}
+
 func newTestPlugin(t *testing.T, pool string) (*plugin, *fakeWire, *alloc.MemStore) {
 	t.Helper()
 	cfg, err := parseConfig([]byte(`{"cniVersion":"1.0.0","name":"pods","pool":{"source":"static","ranges":["` + pool + `"]}}`))
@@ -91,7 +104,7 @@ func newTestPlugin(t *testing.T, pool string) (*plugin, *fakeWire, *alloc.MemSto
 	s := alloc.NewMemStore()
 	w := newFakeWire()
 	mgr := &alloc.Manager{Store: s, Pool: cfg.Pool, BootID: "b", Cooldown: cfg.Cooldown, LockTimeout: time.Second}
-	return &plugin{cfg: cfg, mgr: mgr, wire: w, source: staticSource{cfg.Pool}}, w, s
+	return newPluginWith(cfg, mgr, w, staticSource{cfg.Pool}), w, s
 }
 
 func att(cid string) attachment {

@@ -124,7 +124,8 @@ func TestStatePathModes(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "state")
 		os.Mkdir(dir, 0o700)
 		os.Chmod(dir, 0o777)
-		_, err := NewDiskStore(dir)
+		m := newDiskManager(t, dir, "10.0.0.0/24")
+		_, _, err := m.Allocate(context.Background(), req("a"))
 		if !errors.Is(err, ErrInsecure) || !strings.Contains(err.Error(), "mode 0777") {
 			t.Fatalf("err = %v, want ErrInsecure for a world-writable state dir", err)
 		}
@@ -132,7 +133,11 @@ func TestStatePathModes(t *testing.T) {
 	t.Run("state dir is a file", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "state")
 		os.WriteFile(dir, nil, 0o600)
-		if _, err := NewDiskStore(dir); err == nil || !strings.Contains(err.Error(), dir) {
+		s, err := NewDiskStore(dir)
+		if err == nil {
+			err = s.Lock(context.Background())
+		}
+		if err == nil || !strings.Contains(err.Error(), dir) {
 			t.Fatalf("err = %v, want an error naming %s", err, dir)
 		}
 	})

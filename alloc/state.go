@@ -112,6 +112,10 @@ var ErrCorrupt = errors.New("state file is corrupt")
 // ErrUnsupportedVersion reports a state file written by a newer eni-cni.
 var ErrUnsupportedVersion = errors.New("unsupported state file version")
 
+// ErrStateLost reports a missing state file on a node that still has pods
+// wired by eni-cni (Manager.OnMissing decides).
+var ErrStateLost = errors.New("state file lost")
+
 // validate checks the invariants a well-formed file always has.
 func (s *State) validate() error {
 	if s.Version == 0 {

@@ -86,7 +86,8 @@ type tempFile interface {
 }
 
 // NewDiskStore returns a store in dir, creating dir (mode 0700) if needed.
-// An existing dir must be owned by this user and not writable by others.
+// The directory must be owned by this user and not writable by others;
+// Lock checks it.
 func NewDiskStore(dir string) (*DiskStore, error) {
 	if dir == "" {
 		return nil, errors.New("state directory is empty")
@@ -94,17 +95,21 @@ func NewDiskStore(dir string) (*DiskStore, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create state directory: %w", err)
 	}
-	fi, err := os.Stat(dir)
+	return &DiskStore{dir: dir, createTemp: osCreateTemp}, nil
+}
+
+// checkDir is made by every Lock, not by NewDiskStore: an untrusted
+// directory then fails the store's operations with ErrInsecure, and DEL
+// can still tear a pod down without the store (plugin.go).
+func (d *DiskStore) checkDir() error {
+	fi, err := os.Stat(d.dir)
 	if err != nil {
-		return nil, fmt.Errorf("state directory %s: %w", dir, err)
+		return fmt.Errorf("state directory %s: %w", d.dir, err)
 	}
 	if !fi.IsDir() {
-		return nil, fmt.Errorf("state directory %s: %w: not a directory", dir, ErrInsecure)
+		return fmt.Errorf("state directory %s: %w: not a directory", d.dir, ErrInsecure)
 	}
-	if err := trusted(dir, fi); err != nil {
-		return nil, err
-	}
-	return &DiskStore{dir: dir, createTemp: osCreateTemp}, nil
+	return trusted(d.dir, fi)
 }
 
 func osCreateTemp(dir, pattern string) (tempFile, error) { return os.CreateTemp(dir, pattern) }
@@ -140,6 +145,9 @@ func (d *DiskStore) lockPath() string { return filepath.Join(d.dir, LockFileName
 func (d *DiskStore) Lock(ctx context.Context) error {
 	if d.held != nil {
 		return fmt.Errorf("lock %s: already held by this store", d.lockPath())
+	}
+	if err := d.checkDir(); err != nil {
+		return err
 	}
 	start := time.Now()
 	fl := flock.New(d.lockPath(), flock.SetPermissions(0o600),

@@ -44,6 +44,13 @@ const (
 // ErrNetNS reports a pod network namespace that cannot be opened.
 var ErrNetNS = errors.New("cannot open network namespace")
 
+// ErrRouteTaken reports a pod address that the node already routes to
+// another interface: another pod's veth, most likely, because the store
+// that should have known was lost, edited or shared by two networks with
+// overlapping pools. Setup never moves such a route (a replace would cut
+// the live pod off without a trace); it fails and touches nothing of it.
+var ErrRouteTaken = errors.New("address already routed to another interface")
+
 // Pod describes one attachment to wire.
 type Pod struct {
 	Netns    string // path of the pod's network namespace
@@ -91,7 +98,11 @@ func Setup(p Pod) (l Links, err error) {
 		return l, err
 	}
 	defer func() {
-		if err != nil {
+		switch {
+		case errors.Is(err, ErrRouteTaken):
+			// The address's rules belong to whoever has its route.
+			_ = DeleteVeths(p.HostVeth)
+		case err != nil:
 			_ = Teardown(p.HostVeth, p.IP)
 		}
 	}()
@@ -193,8 +204,13 @@ func podLink(p Pod, podNS netns.NsHandle) (netlinksafe.Handle, netlink.Link, err
 // configureHost adds the node's route to the pod and its policy rules.
 func configureHost(p Pod, host netlink.Link) error {
 	route := &netlink.Route{LinkIndex: host.Attrs().Index, Dst: hostNet(p.IP), Scope: netlink.SCOPE_LINK}
-	if err := netlink.RouteReplace(route); err != nil {
-		return fmt.Errorf("add host route %s dev %s: %w", p.IP, p.HostVeth, err)
+	if err := netlink.RouteAdd(route); err != nil {
+		if !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("add host route %s dev %s: %w", p.IP, p.HostVeth, err)
+		}
+		if err := routedElsewhere(p, host.Attrs().Index); err != nil {
+			return err
+		}
 	}
 	if err := addRule(toPodRule(p.IP)); err != nil {
 		return fmt.Errorf("add rule to %s lookup main: %w", p.IP, err)
@@ -212,6 +228,32 @@ func configureHost(p Pod, host netlink.Link) error {
 		}
 	}
 	return nil
+}
+
+// routedElsewhere explains an EEXIST from adding the pod's /32: nil if the
+// route is already through the pod's own veth, else ErrRouteTaken naming
+// the interface that has it.
+func routedElsewhere(p Pod, ownIndex int) error {
+	filter := &netlink.Route{Dst: hostNet(p.IP), Table: mainTable}
+	routes, err := netlinksafe.RouteListFiltered(unix.AF_INET, filter, netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return fmt.Errorf("add host route %s dev %s: exists, and listing it failed: %w", p.IP, p.HostVeth, err)
+	}
+	for _, r := range routes {
+		if r.LinkIndex == ownIndex {
+			return nil
+		}
+	}
+	other := "another route"
+	for _, r := range routes {
+		other = fmt.Sprintf("ifindex %d", r.LinkIndex)
+		if l, err := netlink.LinkByIndex(r.LinkIndex); err == nil {
+			other = fmt.Sprintf("%s (%s)", l.Attrs().Name, l.Type())
+		}
+		break
+	}
+	return fmt.Errorf("add host route %s dev %s: %w: %s routes it; refusing to take the address from it (state file lost or edited, or two networks with overlapping pools? `eni-cni list`, `eni-cni repair`)",
+		p.IP, p.HostVeth, ErrRouteTaken, other)
 }
 
 func toPodRule(ip netip.Addr) *netlink.Rule {

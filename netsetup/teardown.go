@@ -94,6 +94,10 @@ func DeleteVeths(names ...string) error {
 		}
 		l, err := netlinksafe.LinkByName(n)
 		switch {
+		case err == nil && l.Type() != "veth":
+			// A name from a state file is data: never let it delete
+			// the node's eth0 or an ENI.
+			errs = append(errs, fmt.Errorf("refusing to delete %s: it is a %s link, not a veth", n, l.Type()))
 		case err == nil:
 			links = append(links, l)
 		case !isNotFound(err):
