@@ -23,6 +23,10 @@ commands:
   warm   [--config F]             one pass of EC2 top-up/trim of the pool, then exit
   gc     [--config F] [--cri-endpoint unix:///...] [--grace D] [--dry-run] [--force]
                                   free addresses of sandboxes the CRI runtime no longer lists
+  repair [--config F] [--cri-endpoint unix:///...] [--dry-run] [--force]
+                                  rebuild the state from the node's veths and the CRI
+                                  listing when state.json is lost or corrupt (the bad file
+                                  is kept as state.json.bad-<time>)
 
 With CNI_COMMAND set, eni-cni runs as a CNI plugin instead.
 --config defaults to the first conflist in /etc/cni/net.d with an eni-cni plugin.
@@ -62,7 +66,7 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 		return cmdList(rest, stdout, stderr)
 	case "status":
 		return cmdStatusCLI(rest, stdout, stderr)
-	case "gc", "warm", "internal":
+	case "gc", "warm", "repair", "internal":
 		// These link the CRI client and the AWS SDK; see full.go.
 		return runFull(cmd, rest, stdout, stderr)
 	case "help", "-h", "--help":

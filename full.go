@@ -37,6 +37,8 @@ func runFull(cmd string, args []string, stdout, stderr io.Writer) error {
 		return cmdGCCLI(args, stdout, stderr)
 	case "warm":
 		return cmdWarmCLI(args, stdout, stderr)
+	case "repair":
+		return cmdRepairCLI(args, stdout, stderr)
 	case "internal":
 		return cmdInternal(args, os.Stdin, stdout)
 	}

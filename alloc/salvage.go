@@ -1,0 +1,83 @@
+package alloc
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+)
+
+// Salvage reads what it can from the bytes of a state file that Load
+// refuses, for `eni-cni repair`: each allocation, cooling entry and pool
+// entry is decoded on its own, and kept only if it is well-formed and does
+// not repeat a key or an address kept before it; the pool source's data and
+// LastIP are kept if they decode. notes says what was dropped and why. A
+// file that is not a JSON object at all gives a new state and one note.
+//
+// Nothing salvaged is trusted as the truth about pods: repair rebuilds the
+// network's allocations from the node and uses the salvaged ones only for
+// other networks sharing the state directory.
+func Salvage(data []byte) (st *State, notes []string) {
+	st = NewState("")
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(data, &fields); err != nil {
+		return st, []string{fmt.Sprintf("nothing could be read (%v)", err)}
+	}
+	// Each field on its own: one of the wrong type loses only itself.
+	var raw struct {
+		Allocations, Cooling, Pool []json.RawMessage
+		LastIP, Source             json.RawMessage
+	}
+	for name, dst := range map[string]*[]json.RawMessage{"allocations": &raw.Allocations, "cooling": &raw.Cooling, "pool": &raw.Pool} {
+		if v, ok := fields[name]; ok && json.Unmarshal(v, dst) != nil {
+			notes = append(notes, fmt.Sprintf("%s dropped: not a list", name))
+		}
+	}
+	raw.LastIP, raw.Source = fields["lastIP"], fields["source"]
+	keys := map[Key]bool{}
+	ips := map[netip.Addr]bool{}
+	for i, r := range raw.Allocations {
+		var a Allocation
+		if err := json.Unmarshal(r, &a); err != nil {
+			notes = append(notes, fmt.Sprintf("allocation %d dropped: %v", i, err))
+			continue
+		}
+		one := State{Version: SchemaVersion, Allocations: []Allocation{a}}
+		switch err := one.validate(); {
+		case err != nil:
+			notes = append(notes, fmt.Sprintf("allocation %d dropped: %v", i, err))
+		case keys[a.Key]:
+			notes = append(notes, fmt.Sprintf("allocation %d dropped: %s appears twice", i, a.Key))
+		case ips[a.IP]:
+			notes = append(notes, fmt.Sprintf("allocation %d dropped: %s is allocated twice", i, a.IP))
+		default:
+			keys[a.Key], ips[a.IP] = true, true
+			st.Allocations = append(st.Allocations, a)
+		}
+	}
+	for i, r := range raw.Cooling {
+		var c Cooling
+		if err := json.Unmarshal(r, &c); err != nil || !c.IP.Is4() {
+			notes = append(notes, fmt.Sprintf("cooling entry %d dropped", i))
+			continue
+		}
+		st.Cooling = append(st.Cooling, c)
+	}
+	inPool := map[netip.Addr]bool{}
+	for i, r := range raw.Pool {
+		var p PoolAddr
+		if err := json.Unmarshal(r, &p); err != nil || !p.IP.Is4() || inPool[p.IP] {
+			notes = append(notes, fmt.Sprintf("pool entry %d dropped", i))
+			continue
+		}
+		inPool[p.IP] = true
+		st.Pool = append(st.Pool, p)
+	}
+	var last netip.Addr
+	if len(raw.LastIP) > 0 && json.Unmarshal(raw.LastIP, &last) == nil {
+		st.LastIP = last
+	}
+	if len(raw.Source) > 0 && json.Valid(raw.Source) && string(raw.Source) != "null" {
+		st.Source = append(json.RawMessage(nil), raw.Source...)
+	}
+	return st, notes
+}

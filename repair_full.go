@@ -1,0 +1,87 @@
+//go:build !lean
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/ec2"
+	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/gc"
+	"github.com/eni-cni/eni-cni/gc/cri"
+	"github.com/eni-cni/eni-cni/netsetup"
+)
+
+// cmdRepairCLI is `eni-cni repair` (repair.go). It needs the CRI client, so
+// it lives in the full build.
+func cmdRepairCLI(args []string, stdout, stderr io.Writer) error {
+	f := newFlags("repair", stderr)
+	endpoint := f.fs.String("cri-endpoint", "", "CRI socket (default: as for gc)")
+	dryRun := f.fs.Bool("dry-run", false, "print what would be recorded and change nothing")
+	force := f.fs.Bool("force", false, "rebuild even when the runtime's listing matches none of the node's veths, or the file is of a newer version")
+	timeout := f.fs.Duration("timeout", cri.DefaultTimeout, "timeout of each CRI call")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if *timeout <= 0 {
+		return fmt.Errorf("%w: --timeout must be > 0", errUsage)
+	}
+	p, _, err := f.load()
+	if err != nil {
+		return err
+	}
+	store, ok := p.mgr.Store.(*alloc.DiskStore)
+	if !ok {
+		return fmt.Errorf("repair: the store is not a state directory")
+	}
+	ctx := context.Background()
+	// The runtime and the node are read before the lock, as gc does: a
+	// slow runtime must not stall ADDs of a readable store.
+	sbs, err := listSandboxes(ctx, *endpoint, *timeout)
+	if err != nil {
+		return fmt.Errorf("repair: %w (nothing changed)", err)
+	}
+	veths, err := netsetup.InspectVeths(p.cfg.VethPrefix, netsetup.NetnsDirs)
+	if err != nil {
+		return fmt.Errorf("repair: list the node's veths: %w (nothing changed)", err)
+	}
+	o := repairOptions{DryRun: *dryRun, Force: *force, Veths: veths, Sandboxes: sbs, Discover: p.discoverPool}
+	return p.repair(ctx, store, o, stdout)
+}
+
+func listSandboxes(ctx context.Context, endpoint string, timeout time.Duration) ([]gc.Sandbox, error) {
+	ep, err := cri.ResolveEndpoint(endpoint, cri.Lookup{})
+	if err != nil {
+		return nil, err
+	}
+	client, err := cri.NewClient(ep, timeout)
+	if err != nil {
+		return nil, err
+	}
+	defer client.Close()
+	return client.ListSandboxes(ctx)
+}
+
+// discoverPool fills an ec2 pool lost with the state from IMDS (what is
+// assigned to the node's ENIs), so repaired allocations know their ENI.
+func (p *plugin) discoverPool(ctx context.Context, st *alloc.State) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	inst, err := ec2.Discover(ctx, ec2.NewQuickMetadataClient(p.cfg.IMDSEndpoint))
+	if err != nil {
+		return "", err
+	}
+	src, err := pool.LoadSource(st)
+	if err != nil {
+		src = &pool.SourceState{}
+	}
+	n := pool.Merge(st, src, inst, time.Now())
+	if err := pool.SaveSource(st, src); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("read the ec2 pool from IMDS: %s (%s), %d ENIs, %d addresses", inst.ID, inst.Type, len(inst.ENIs), n), nil
+}

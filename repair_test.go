@@ -1,0 +1,308 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/gc"
+	"github.com/eni-cni/eni-cni/netsetup"
+)
+
+// repairNode: a static network on a disk store, a fake kernel, and the
+// node as repair sees it: pod A (eth0) and pod B (net1, found through its
+// namespace) wired, a veth of a sandbox the runtime no longer lists, and a
+// veth of another network.
+type repairNode struct {
+	p        *plugin
+	w        *fakeWire
+	store    *alloc.DiskStore
+	veths    []netsetup.VethView
+	sbs      []gc.Sandbox
+	vA, vB   string
+	ghost    string
+	ipA, ipB netip.Addr
+}
+
+func newRepairNode(t *testing.T) *repairNode {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "state")
+	cfg, err := parseConfig([]byte(`{"cniVersion":"1.0.0","name":"pods","stateDir":"` + dir + `","pool":{"source":"static","ranges":["10.99.0.0/24"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := alloc.NewDiskStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wall, boot := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC), 2*time.Hour
+	mgr := &alloc.Manager{Store: store, Pool: cfg.Pool, BootID: "boot-1", Cooldown: cfg.Cooldown, LockTimeout: time.Second,
+		Now: func() time.Time { return wall }, Boot: func() time.Duration { return boot }}
+	w := newFakeWire()
+	n := &repairNode{p: newPluginWith(cfg, mgr, w, staticSource{cfg.Pool}), w: w, store: store,
+		vA: netsetup.HostVethName("eni", "sandbox-a", "eth0"), vB: netsetup.HostVethName("eni", "sandbox-b", "net1"),
+		ghost: netsetup.HostVethName("eni", "sandbox-gone", "eth0"),
+		ipA:   netip.MustParseAddr("10.99.0.1"), ipB: netip.MustParseAddr("10.99.0.2")}
+	n.veths = []netsetup.VethView{
+		{Name: n.vA, IPs: []netip.Addr{n.ipA}},
+		{Name: n.vB, IPs: []netip.Addr{n.ipB}, PeerIfName: "net1", Netns: "/var/run/netns/cni-b"},
+		{Name: n.ghost, IPs: []netip.Addr{netip.MustParseAddr("10.99.0.3")}},
+		{Name: netsetup.HostVethName("eni", "other-net", "eth0"), IPs: []netip.Addr{netip.MustParseAddr("172.16.0.5")}},
+	}
+	for _, v := range n.veths {
+		w.wired[v.Name] = v.IPs[0]
+	}
+	n.sbs = []gc.Sandbox{
+		{ID: "sandbox-a", PodNamespace: "default", PodName: "web-a", PodUID: "uid-a", Ready: true},
+		{ID: "sandbox-b", PodNamespace: "default", PodName: "web-b", PodUID: "uid-b"},
+		{ID: "sandbox-hostnet", PodNamespace: "kube-system", PodName: "kube-proxy"},
+	}
+	return n
+}
+
+func (n *repairNode) repair(t *testing.T, o repairOptions) (string, error) {
+	t.Helper()
+	if o.Veths == nil {
+		o.Veths = n.veths
+	}
+	if o.Sandboxes == nil {
+		o.Sandboxes = n.sbs
+	}
+	var out bytes.Buffer
+	err := n.p.repair(context.Background(), n.store, o, &out)
+	return out.String(), err
+}
+
+func (n *repairNode) state(t *testing.T) *alloc.State {
+	t.Helper()
+	st, err := n.store.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func (n *repairNode) assertRebuilt(t *testing.T, out string) {
+	t.Helper()
+	st := n.state(t)
+	got := map[string]alloc.Allocation{}
+	for _, a := range st.Allocations {
+		got[a.ContainerID] = a
+	}
+	if a := got["sandbox-a"]; a.IP != n.ipA || a.IfName != "eth0" || a.PodName != "web-a" || a.HostVeth != n.vA || a.AllocatedBoot != 2*time.Hour {
+		t.Errorf("pod A rebuilt as %+v", a)
+	}
+	if b := got["sandbox-b"]; b.IP != n.ipB || b.IfName != "net1" || b.Netns != "/var/run/netns/cni-b" || b.HostVeth != n.vB {
+		t.Errorf("pod B (net1) rebuilt as %+v", b)
+	}
+	if len(st.Allocations) != 2 {
+		t.Errorf("allocations %+v, want A and B only", st.Allocations)
+	}
+	if len(st.Cooling) != 1 || st.Cooling[0].IP.String() != "10.99.0.3" {
+		t.Errorf("cooling %+v, want the ghost's 10.99.0.3 held back", st.Cooling)
+	}
+	for _, want := range []string{"record 10.99.0.1 to default/web-a", "hold 10.99.0.3", "2 of 3 routed veths matched"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "172.16.0.5") {
+		t.Errorf("another network's address in the output:\n%s", out)
+	}
+}
+
+// TestRepairLostState: repair rebuilds a missing state file, after which
+// ADD works again and hands out neither a live pod's address nor a held one.
+func TestRepairLostState(t *testing.T) {
+	n := newRepairNode(t)
+	ctx := context.Background()
+	if _, err := n.p.add(ctx, att("new")); !errors.Is(err, alloc.ErrStateLost) {
+		t.Fatalf("ADD before repair: %v, want ErrStateLost", err)
+	}
+	out, err := n.repair(t, repairOptions{})
+	if err != nil {
+		t.Fatalf("repair: %v\n%s", err, out)
+	}
+	n.assertRebuilt(t, out)
+	res, err := n.p.add(ctx, att("new"))
+	if err != nil {
+		t.Fatalf("ADD after repair: %v", err)
+	}
+	if ip := res.IPs[0].Address.IP.String(); ip == "10.99.0.1" || ip == "10.99.0.2" || ip == "10.99.0.3" {
+		t.Errorf("ADD after repair got %s, an address still routed on the node", ip)
+	}
+}
+
+// TestRepairCorruptState: the corrupt file is set aside byte for byte, the
+// pool's cooling entries and other networks' allocations are salvaged, and
+// this network's allocations come from the node.
+func TestRepairCorruptState(t *testing.T) {
+	n := newRepairNode(t)
+	bad := []byte(`{"version":1,"allocations":[` +
+		`{"network":"pods","containerID":"stale","ifname":"eth0","ip":"10.99.0.9","hostVeth":"eniold"},` +
+		`{"network":"other","containerID":"o1","ifname":"eth0","ip":"172.16.0.5","hostVeth":"enio1"},` +
+		`{"network":"other","containerID":"o2","ifname":"eth0","ip":"172.16.0.5","hostVeth":"enio2"}],` +
+		`"cooling":[{"ip":"10.99.0.50","until":"2026-05-01T00:00:10Z"}],"lastIP":"10.99.0.40","pool":"oops"}`)
+	if err := os.WriteFile(n.store.Path(), bad, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := n.repair(t, repairOptions{})
+	if err != nil {
+		t.Fatalf("repair: %v\n%s", err, out)
+	}
+	matches, _ := filepath.Glob(n.store.Path() + ".bad-*")
+	if len(matches) != 1 {
+		t.Fatalf("bad file kept as %v, want one state.json.bad-*", matches)
+	}
+	if kept, _ := os.ReadFile(matches[0]); !bytes.Equal(kept, bad) {
+		t.Error("the set-aside file differs from the bad one")
+	}
+	st := n.state(t)
+	var other []string
+	for _, a := range st.Allocations {
+		if a.Network == "other" {
+			other = append(other, a.ContainerID)
+		}
+		if a.ContainerID == "stale" {
+			t.Error("this network's allocation was salvaged instead of rebuilt from the node")
+		}
+	}
+	if strings.Join(other, ",") != "o1" {
+		t.Errorf("other network's allocations %v, want o1 (o2 repeats its address)", other)
+	}
+	if st.LastIP.String() != "10.99.0.40" || len(st.Cooling) != 2 {
+		t.Errorf("salvaged lastIP %s, cooling %+v", st.LastIP, st.Cooling)
+	}
+	for _, want := range []string{"state file is corrupt", "kept the old state file as", "allocation 2 dropped", "pool dropped: not a list", "salvaged 0 addresses of the pool, 1 cooling, 1 allocations of other networks"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestRepairDryRun prints the plan and changes nothing, lost or corrupt.
+func TestRepairDryRun(t *testing.T) {
+	for _, content := range [][]byte{nil, []byte("{truncated")} {
+		n := newRepairNode(t)
+		if content != nil {
+			os.WriteFile(n.store.Path(), content, 0o600)
+		}
+		out, err := n.repair(t, repairOptions{DryRun: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out, "would record 10.99.0.1 to default/web-a") || !strings.Contains(out, "would hold 10.99.0.3") {
+			t.Errorf("dry run output:\n%s", out)
+		}
+		entries, _ := os.ReadDir(filepath.Dir(n.store.Path()))
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		after, _ := os.ReadFile(n.store.Path())
+		if !bytes.Equal(after, content) || len(names) > 2 {
+			t.Errorf("dry run changed the state dir: %v, state %q", names, after)
+		}
+	}
+}
+
+// TestRepairRefusesAListingThatMatchesNothing: a runtime whose sandboxes own
+// none of the node's veths (a wrong socket) is not believed without force;
+// with force every address is held back, none is handed out.
+func TestRepairRefusesAListingThatMatchesNothing(t *testing.T) {
+	n := newRepairNode(t)
+	wrong := []gc.Sandbox{{ID: "someone-else"}}
+	out, err := n.repair(t, repairOptions{Sandboxes: wrong})
+	if !errors.Is(err, errRepairRefused) || !strings.Contains(err.Error(), "--cri-endpoint") {
+		t.Fatalf("repair with a listing that matches nothing: %v", err)
+	}
+	if _, serr := os.Stat(n.store.Path()); !errors.Is(serr, os.ErrNotExist) {
+		t.Errorf("a refused repair wrote the state file\n%s", out)
+	}
+	if _, err := n.repair(t, repairOptions{Sandboxes: wrong, Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if st := n.state(t); len(st.Allocations) != 0 || len(st.Cooling) != 3 {
+		t.Errorf("forced repair: allocations %+v, cooling %+v; want none and 3 held", st.Allocations, st.Cooling)
+	}
+}
+
+// TestRepairReadableState completes a readable state: recorded allocations
+// stay, unrecorded wiring is added, contradictions are reported only.
+func TestRepairReadableState(t *testing.T) {
+	n := newRepairNode(t)
+	st := alloc.NewState("boot-1")
+	st.Allocations = append(st.Allocations,
+		alloc.Allocation{Key: alloc.Key{Network: "pods", ContainerID: "sandbox-a", IfName: "eth0"}, IP: n.ipA, HostVeth: n.vA, PodName: "recorded"},
+		alloc.Allocation{Key: alloc.Key{Network: "pods", ContainerID: "gone", IfName: "eth0"}, IP: netip.MustParseAddr("10.99.0.3"), HostVeth: "enielsewhere"},
+		alloc.Allocation{Key: alloc.Key{Network: "pods", ContainerID: "unwired", IfName: "eth0"}, IP: netip.MustParseAddr("10.99.0.8"), HostVeth: "eninothere"})
+	if err := n.store.Save(st); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(n.store.Path())
+	out, err := n.repair(t, repairOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st = n.state(t)
+	if len(st.Allocations) != 4 {
+		t.Fatalf("allocations %+v, want the 3 recorded plus pod B", st.Allocations)
+	}
+	for _, a := range st.Allocations {
+		if a.ContainerID == "sandbox-a" && a.PodName != "recorded" {
+			t.Error("a recorded allocation was rewritten")
+		}
+	}
+	if matches, _ := filepath.Glob(n.store.Path() + ".bad-*"); len(matches) != 0 || len(before) == 0 {
+		t.Errorf("a readable file was set aside: %v", matches)
+	}
+	for _, want := range []string{"is readable", "record 10.99.0.2 to default/web-b", "conflict, left alone: 10.99.0.3 is routed through " + n.ghost, "unwired/eth0", "has no veth on the node"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestRepairNewerVersionNeedsForce: a file of a newer eni-cni is not
+// rebuilt (and so not truncated to what this version knows) without force.
+func TestRepairNewerVersionNeedsForce(t *testing.T) {
+	n := newRepairNode(t)
+	newer := []byte(`{"version":99,"allocations":[]}`)
+	os.WriteFile(n.store.Path(), newer, 0o600)
+	if _, err := n.repair(t, repairOptions{}); !errors.Is(err, errRepairRefused) || !strings.Contains(err.Error(), "newer eni-cni") {
+		t.Fatalf("repair of a newer file: %v", err)
+	}
+	if got, _ := os.ReadFile(n.store.Path()); !bytes.Equal(got, newer) {
+		t.Fatal("refused repair changed the file")
+	}
+	if out, err := n.repair(t, repairOptions{Force: true}); err != nil || !strings.Contains(out, "kept the old state file") {
+		t.Fatalf("forced repair: %v\n%s", err, out)
+	}
+}
+
+// TestRepairUntrustedFile: a state file others could write is set aside
+// and nothing of it is salvaged.
+func TestRepairUntrustedFile(t *testing.T) {
+	n := newRepairNode(t)
+	os.WriteFile(n.store.Path(), []byte(`{"version":1,"allocations":[{"network":"other","containerID":"planted","ifname":"eth0","ip":"10.1.1.1"}]}`), 0o600)
+	os.Chmod(n.store.Path(), 0o666)
+	out, err := n.repair(t, repairOptions{})
+	if err != nil {
+		t.Fatalf("repair: %v\n%s", err, out)
+	}
+	for _, a := range n.state(t).Allocations {
+		if a.ContainerID == "planted" {
+			t.Error("an allocation from a file others could write was salvaged")
+		}
+	}
+	if !strings.Contains(out, "not safe to trust") {
+		t.Errorf("output does not say why:\n%s", out)
+	}
+}
