@@ -233,8 +233,19 @@ func validateNetns(path string) error {
 	return nil
 }
 
+// errNoPrevResult: CHECK from cniVersion 1.0.0 on without prevResult. The
+// spec has the plugin consult prevResult to know what ADD returned; a
+// runtime that sends none is misconfigured, and checking without it would
+// hide a result that no longer matches.
+var errNoPrevResult = errors.New("CHECK needs prevResult")
+
+// prevResult returns the prevResult of a CHECK: required from 1.0.0 on,
+// optional before (0.4.0 runtimes may leave it out).
 func prevResult(cfg *config) (*current.Result, error) {
 	if cfg.conf.RawPrevResult == nil {
+		if gte, err := cniversion.GreaterThanOrEqualTo(cfg.CNIVersion, "1.0.0"); err == nil && gte {
+			return nil, fmt.Errorf("%w: cniVersion %s requires the ADD result as prevResult", errNoPrevResult, cfg.CNIVersion)
+		}
 		return nil, nil
 	}
 	if err := cniversion.ParsePrevResult(&cfg.conf.PluginConf); err != nil {
@@ -247,6 +258,15 @@ func prevResult(cfg *config) (*current.Result, error) {
 	return res, nil
 }
 
+// Plugin-specific CNI error codes (the spec leaves 100 and up to plugins)
+// for CHECK, so a runtime or an operator can tell what disagrees.
+const (
+	codeCheckPrevResult = 101 // prevResult is not the allocation's result
+	codeCheckHost       = 102 // the node's side (host veth, /32 route, rules) differs
+	codeCheckPod        = 103 // the pod's side (address, routes, gateway neighbour) differs
+	codeCheckRouting    = 104 // the store cannot say which ENI table the address uses
+)
+
 // toCNIError maps an error to the CNI error code the runtime acts on.
 func toCNIError(err error) *types.Error {
 	var te *types.Error
@@ -256,6 +276,16 @@ func toCNIError(err error) *types.Error {
 	var pathErr *fs.PathError
 	code := types.ErrInternal
 	switch {
+	case errors.Is(err, errPrevResult):
+		code = codeCheckPrevResult
+	case errors.Is(err, netsetup.ErrHostMismatch):
+		code = codeCheckHost
+	case errors.Is(err, netsetup.ErrPodMismatch):
+		code = codeCheckPod
+	case errors.Is(err, errCheckRouting):
+		code = codeCheckRouting
+	case errors.Is(err, errNoPrevResult):
+		code = types.ErrInvalidNetworkConfig
 	case errors.Is(err, errDecode):
 		code = types.ErrDecodingFailure
 	case errors.Is(err, errInvalidConfig):

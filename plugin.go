@@ -289,7 +289,10 @@ func (p *plugin) delWithoutStore(k alloc.Key, cause error) error {
 	return nil
 }
 
-// check verifies the allocation, prevResult and wiring agree.
+// check verifies the allocation, prevResult and wiring agree. prev is nil
+// only where the spec makes it optional (before 1.0.0; cmdCheck enforces
+// it). Each kind of disagreement has its own error, and so its own CNI
+// code (toCNIError).
 func (p *plugin) check(ctx context.Context, at attachment, prev *current.Result) error {
 	a, found, source, err := p.mgr.GetWithSource(ctx, at.Key)
 	if err != nil {
@@ -298,22 +301,69 @@ func (p *plugin) check(ctx context.Context, at attachment, prev *current.Result)
 	if !found {
 		return fmt.Errorf("check %s: %w", at.Key, errNoAllocation)
 	}
-	if prev != nil && !resultHasIP(prev, a.IP) {
-		return fmt.Errorf("check %s: %w: allocation holds %s", at.Key, errPrevResult, a.IP)
+	if prev != nil {
+		if err := prevMatches(prev, a, at.Netns); err != nil {
+			return fmt.Errorf("check %s: %w: %w", at.Key, errPrevResult, err)
+		}
 	}
-	if _, err := p.wire.Check(p.podSpec(a, at.Netns, p.source.routing(a, source))); err != nil {
+	routing, err := p.source.routing(a, source)
+	if err != nil {
+		return fmt.Errorf("check %s (%s): %w: %w", at.Key, a.IP, errCheckRouting, err)
+	}
+	if _, err := p.wire.Check(p.podSpec(a, at.Netns, routing)); err != nil {
 		return fmt.Errorf("check %s (%s): %w", at.Key, a.IP, err)
 	}
 	return nil
 }
 
-func resultHasIP(r *current.Result, ip netip.Addr) bool {
-	for _, c := range r.IPs {
-		if got, ok := netip.AddrFromSlice(c.Address.IP); ok && got.Unmap() == ip {
-			return true
+// errCheckRouting: CHECK cannot tell how the address is routed (the ENI
+// its allocation names is not in the store), so it cannot check the
+// `from` rule; that is a failure, not a skipped check.
+var errCheckRouting = errors.New("cannot tell the address's policy routing")
+
+// prevMatches checks that the ADD result the runtime kept is ours: the
+// allocation's address as a /32 on the pod's interface, that interface in
+// the pod's namespace, and the host veth. A later plugin of the chain may
+// have added to the result; nothing is required to be absent.
+func prevMatches(r *current.Result, a alloc.Allocation, netns string) error {
+	pod, host := -1, -1
+	for i, itf := range r.Interfaces {
+		switch {
+		case itf.Name == a.IfName && itf.Sandbox != "":
+			if netns != "" && itf.Sandbox != netns {
+				return fmt.Errorf("interface %s is in %s, CNI_NETNS is %s", itf.Name, itf.Sandbox, netns)
+			}
+			pod = i
+		case itf.Name == a.HostVeth && itf.Sandbox == "":
+			host = i
 		}
 	}
-	return false
+	if pod < 0 {
+		return fmt.Errorf("no interface %s in a sandbox", a.IfName)
+	}
+	if host < 0 {
+		return fmt.Errorf("no host interface %s", a.HostVeth)
+	}
+	var listed []string
+	for _, c := range r.IPs {
+		got, ok := netip.AddrFromSlice(c.Address.IP)
+		if !ok {
+			continue
+		}
+		ones, bits := c.Address.Mask.Size()
+		listed = append(listed, fmt.Sprintf("%s/%d", got.Unmap(), ones))
+		if got.Unmap() != a.IP {
+			continue
+		}
+		if ones != 32 || bits != 32 {
+			return fmt.Errorf("address %s has prefix /%d, eni-cni assigns a /32", a.IP, ones)
+		}
+		if c.Interface != nil && *c.Interface != pod {
+			return fmt.Errorf("address %s is on interface %d, not on %s", a.IP, *c.Interface, a.IfName)
+		}
+		return nil
+	}
+	return fmt.Errorf("no address %s/32 (it lists %v); the allocation holds %s", a.IP, listed, a.IP)
 }
 
 // errNotReady: STATUS found the plugin unable to serve any ADD.

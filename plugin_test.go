@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"strings"
@@ -49,7 +50,7 @@ func (f *fakeWire) Check(p netsetup.Pod) (netsetup.Links, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if ip, ok := f.wired[p.HostVeth]; !ok || ip != p.IP {
-		return netsetup.Links{}, netsetup.ErrMismatch
+		return netsetup.Links{}, fmt.Errorf("%w: host veth %s", netsetup.ErrHostMismatch, p.HostVeth)
 	}
 	return netsetup.Links{HostMAC: hostMAC, PodMAC: podMAC}, nil
 }
@@ -247,16 +248,16 @@ func TestCheck(t *testing.T) {
 	if err := p.check(ctx, att("c1"), res); err != nil {
 		t.Fatal(err)
 	}
-	other := &current.Result{IPs: []*current.IPConfig{{Address: net.IPNet{IP: net.ParseIP("10.99.0.9"), Mask: net.CIDRMask(32, 32)}}}}
-	if err := p.check(ctx, att("c1"), other); !errors.Is(err, errPrevResult) {
+	other := &current.Result{Interfaces: res.Interfaces, IPs: []*current.IPConfig{{Address: net.IPNet{IP: net.ParseIP("10.99.0.9"), Mask: net.CIDRMask(32, 32)}}}}
+	if err := p.check(ctx, att("c1"), other); !errors.Is(err, errPrevResult) || toCNIError(err).Code != codeCheckPrevResult {
 		t.Errorf("foreign prevResult: %v", err)
 	}
 	if err := p.check(ctx, att("c9"), res); toCNIError(err).Code != types.ErrUnknownContainer {
 		t.Errorf("unknown attachment: %v", err)
 	}
 	clear(w.wired)
-	if err := p.check(ctx, att("c1"), res); !errors.Is(err, netsetup.ErrMismatch) {
-		t.Errorf("missing wiring: %v", err)
+	if err := p.check(ctx, att("c1"), res); !errors.Is(err, netsetup.ErrMismatch) || toCNIError(err).Code != codeCheckHost {
+		t.Errorf("missing wiring: %v (code %d)", err, toCNIError(err).Code)
 	}
 }
 

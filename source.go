@@ -17,8 +17,9 @@ type poolSource interface {
 	// route table) and says how the pod's traffic is routed. source is
 	// State.Source as read with the allocation.
 	prepare(a alloc.Allocation, source []byte) (podRouting, error)
-	// routing is prepare without changing anything, for CHECK.
-	routing(a alloc.Allocation, source []byte) podRouting
+	// routing is prepare without changing anything, for CHECK; an error
+	// means the routing cannot be known (CHECK fails rather than skip).
+	routing(a alloc.Allocation, source []byte) (podRouting, error)
 	// refresh looks for addresses the store does not know yet, once, when
 	// the pool is empty; it returns how many it added.
 	refresh(ctx context.Context) (int, error)
@@ -40,7 +41,9 @@ type podRouting struct {
 type staticSource struct{ pool alloc.Pool }
 
 func (s staticSource) prepare(alloc.Allocation, []byte) (podRouting, error) { return podRouting{}, nil }
-func (s staticSource) routing(alloc.Allocation, []byte) podRouting          { return podRouting{} }
+func (s staticSource) routing(alloc.Allocation, []byte) (podRouting, error) {
+	return podRouting{}, nil
+}
 func (s staticSource) refresh(context.Context) (int, error)                 { return 0, nil }
 func (s staticSource) exhausted(err error) error                            { return err }
 func (s staticSource) ready(_ context.Context, st *alloc.State) error {
@@ -81,12 +84,12 @@ func (s ec2Source) prepare(a alloc.Allocation, source []byte) (podRouting, error
 	return s.routingOf(e), nil
 }
 
-func (s ec2Source) routing(a alloc.Allocation, source []byte) podRouting {
+func (s ec2Source) routing(a alloc.Allocation, source []byte) (podRouting, error) {
 	e, err := s.eni(a, source)
 	if err != nil {
-		return podRouting{}
+		return podRouting{}, err
 	}
-	return s.routingOf(e)
+	return s.routingOf(e), nil
 }
 
 // routingOf: a pod on a secondary ENI sends through that ENI; with SNAT,

@@ -446,6 +446,9 @@ func TestEC2WarmFailures(t *testing.T) {
 	})
 
 	t.Run("IMDS fails on a new node", func(t *testing.T) {
+		// A node of its own: on this one, a network without a state file
+		// next to pods of ours looks like a lost state, and is refused.
+		en := newEC2Node(t, ec2fake.Config{})
 		fresh := newEC2Network(t, en, "1.0.0", map[string]any{"warmIPTarget": 3}, nil)
 		en.fake.FailIMDS(1000, 500)
 		defer en.fake.ClearFaults()

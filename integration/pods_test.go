@@ -319,9 +319,22 @@ func TestCheck(t *testing.T) {
 	otherJSON, _ := json.Marshal(other)
 	o := nw.run(t, cniEnv("CHECK", p), withPrev(otherJSON))
 	e := cniError(t, "CHECK with a prevResult holding "+ip.Next().String(), o)
-	if !containsAll(e.Msg, "prevResult", ip.String()) {
-		t.Errorf("CHECK with a foreign prevResult: message %q should say the prevResult differs from the allocation %s", e.Msg, ip)
+	if !containsAll(e.Msg, "prevResult", ip.String()) || e.Code != 101 {
+		t.Errorf("CHECK with a foreign prevResult: code %d, message %q; want 101 saying the prevResult differs from the allocation %s", e.Code, e.Msg, ip)
 	}
+
+	// From cniVersion 1.0.0 on, CHECK without prevResult is a config error.
+	wantCNIError(t, "CHECK without prevResult", nw.run(t, cniEnv("CHECK", p), nw.config(t)), 7, "prevResult")
+
+	// The pod loses its default route: the pod's side differs (103).
+	ph := openHandle(t, p.path())
+	defer ph.Close()
+	for _, r := range p.defaultRoutes(t) {
+		if err := ph.RouteDel(&r); err != nil {
+			t.Fatalf("delete the pod's default route: %v", err)
+		}
+	}
+	wantCNIError(t, "CHECK without the pod's default route", nw.run(t, cniEnv("CHECK", p), withPrev(out)), 103, "pod routes via 169.254.1.1")
 
 	// Remove the node's route to the pod.
 	route, _, ok := n.hostRouteTo(t, ip)
@@ -333,8 +346,8 @@ func TestCheck(t *testing.T) {
 	}
 	o = nw.run(t, cniEnv("CHECK", p), withPrev(out))
 	e = cniError(t, "CHECK without the host route", o)
-	if !containsAll(e.Msg, "no host route "+ip.String()+"/32") {
-		t.Errorf("CHECK without the host route: message %q should name the missing route %s/32", e.Msg, ip)
+	if !containsAll(e.Msg, "no host route "+ip.String()+"/32") || e.Code != 102 {
+		t.Errorf("CHECK without the host route: code %d, message %q; want 102 naming the missing route %s/32", e.Code, e.Msg, ip)
 	}
 }
 

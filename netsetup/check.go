@@ -16,6 +16,14 @@ import (
 // makes. CHECK fails with it; an idempotent ADD repairs it.
 var ErrMismatch = errors.New("attachment wiring differs from what eni-cni set up")
 
+// ErrHostMismatch and ErrPodMismatch say on which side: the node's (host
+// veth, /32 route, rules) or the pod's (address, routes, neighbour). Both
+// are ErrMismatch.
+var (
+	ErrHostMismatch = fmt.Errorf("%w on the node", ErrMismatch)
+	ErrPodMismatch  = fmt.Errorf("%w in the pod", ErrMismatch)
+)
+
 // Check verifies that what Setup made for p is still in place, on the node
 // and in the pod, and returns the links' MACs.
 func Check(p Pod) (Links, error) {
@@ -27,7 +35,7 @@ func Check(p Pod) (Links, error) {
 	defer podNS.Close()
 	host, err := netlinksafe.LinkByName(p.HostVeth)
 	if err != nil {
-		return l, fmt.Errorf("%w: host veth %s: %v", ErrMismatch, p.HostVeth, err)
+		return l, fmt.Errorf("%w: host veth %s: %v", ErrHostMismatch, p.HostVeth, err)
 	}
 	l.HostMAC = host.Attrs().HardwareAddr
 	if err := checkHost(p, host); err != nil {
@@ -39,7 +47,7 @@ func Check(p Pod) (Links, error) {
 
 func checkHost(p Pod, host netlink.Link) error {
 	if host.Attrs().Flags&net.FlagUp == 0 {
-		return fmt.Errorf("%w: host veth %s is down", ErrMismatch, p.HostVeth)
+		return fmt.Errorf("%w: host veth %s is down", ErrHostMismatch, p.HostVeth)
 	}
 	filter := &netlink.Route{Dst: hostNet(p.IP), Table: mainTable}
 	routes, err := netlinksafe.RouteListFiltered(unix.AF_INET, filter, netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
@@ -47,17 +55,17 @@ func checkHost(p Pod, host netlink.Link) error {
 		return fmt.Errorf("list host routes to %s: %w", p.IP, err)
 	}
 	if !hasRouteVia(routes, host.Attrs().Index) {
-		return fmt.Errorf("%w: no host route %s/32 dev %s", ErrMismatch, p.IP, p.HostVeth)
+		return fmt.Errorf("%w: no host route %s/32 dev %s", ErrHostMismatch, p.IP, p.HostVeth)
 	}
 	rules, err := netlinksafe.RuleList(unix.AF_INET)
 	if err != nil {
 		return fmt.Errorf("list rules: %w", err)
 	}
 	if !hasRule(rules, p.IP, RulePriorityToPod, mainTable) {
-		return fmt.Errorf("%w: no rule to %s lookup main", ErrMismatch, p.IP)
+		return fmt.Errorf("%w: no rule to %s lookup main", ErrHostMismatch, p.IP)
 	}
 	if p.Table != 0 && !hasRule(rules, p.IP, RulePriorityFromPod, p.Table) {
-		return fmt.Errorf("%w: no rule from %s lookup %d", ErrMismatch, p.IP, p.Table)
+		return fmt.Errorf("%w: no rule from %s lookup %d", ErrHostMismatch, p.IP, p.Table)
 	}
 	return nil
 }
@@ -83,7 +91,7 @@ func hasRule(rules []netlink.Rule, ip netip.Addr, prio, table int) bool {
 func checkPod(p Pod, podNS netns.NsHandle, hostMAC net.HardwareAddr) (net.HardwareAddr, error) {
 	h, link, err := podLink(p, podNS)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrMismatch, err)
+		return nil, fmt.Errorf("%w: %v", ErrPodMismatch, err)
 	}
 	defer h.Close()
 	if err := checkPodAddr(h, link, p); err != nil {
@@ -103,7 +111,7 @@ func checkPod(p Pod, podNS netns.NsHandle, hostMAC net.HardwareAddr) (net.Hardwa
 		}
 	}
 	if !haveGW || !haveDefault {
-		return nil, fmt.Errorf("%w: pod routes via %s missing in %s (link route %t, default %t)", ErrMismatch, GatewayIP(), p.Netns, haveGW, haveDefault)
+		return nil, fmt.Errorf("%w: pod routes via %s missing in %s (link route %t, default %t)", ErrPodMismatch, GatewayIP(), p.Netns, haveGW, haveDefault)
 	}
 	if err := checkPodNeighbour(h, link, p, hostMAC); err != nil {
 		return nil, err
@@ -122,7 +130,7 @@ func checkPodAddr(h netlinksafe.Handle, link netlink.Link, p Pod) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: %s has no address %s in %s", ErrMismatch, p.IfName, want, p.Netns)
+	return fmt.Errorf("%w: %s has no address %s in %s", ErrPodMismatch, p.IfName, want, p.Netns)
 }
 
 func checkPodNeighbour(h netlinksafe.Handle, link netlink.Link, p Pod, hostMAC net.HardwareAddr) error {
@@ -135,7 +143,7 @@ func checkPodNeighbour(h netlinksafe.Handle, link netlink.Link, p Pod, hostMAC n
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: no permanent neighbour %s -> %s in %s", ErrMismatch, GatewayIP(), hostMAC, p.Netns)
+	return fmt.Errorf("%w: no permanent neighbour %s -> %s in %s", ErrPodMismatch, GatewayIP(), hostMAC, p.Netns)
 }
 
 // retryDump repeats a netlink dump that the kernel flagged as interrupted
