@@ -9,7 +9,7 @@ export ENI_CNI_TOOLS ?= /opt/eni-cni-test
 # Tests keep the unpacked full build (lean.go) in the work tree, not in /var/lib.
 export ENI_CNI_CACHE_DIR ?= $(CURDIR)/_out/cache
 
-.PHONY: build demo test test-unit test-privileged test-e2e deps lint bench install clean
+.PHONY: build demo test test-unit test-privileged test-e2e deps lint bench install clean fuzz
 
 # The shipped binary is the lean build (CNI verbs without grpc and the AWS
 # SDK) with the full build embedded for gc, warm and IMDS reads (lean.go).
@@ -52,6 +52,19 @@ test: deps lint build
 # eni-cni vs ptp+host-local in throwaway namespaces; table on stdout and in BENCHMARKS.md, details in _out/bench/. Root. BENCH_FLAGS=-quick for a short run.
 bench: build
 	$(GO) run ./scripts/bench -eni-cni $(BIN) -tools $(ENI_CNI_TOOLS) -go $(GO) $(BENCH_FLAGS)
+
+# Each fuzz target for FUZZTIME (seed corpora in <pkg>/testdata/fuzz/<Target>;
+# a failing input is added there by go test, to become a regression case).
+# The main package is fuzzed in the lean build: without the AWS SDK and grpc
+# its coverage-instrumented build takes a minute instead of eight.
+FUZZTIME ?= 30s
+FUZZ_TARGETS := ./alloc:FuzzDecodeState .:FuzzParseConfig .:FuzzParseCNIArgs ./gc:FuzzValidAttachments ./gc:FuzzPlan
+fuzz: build
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; tags=; [ "$$pkg" = . ] && tags="-tags lean"; \
+		echo "== $$name in $$pkg for $(FUZZTIME)"; \
+		$(GO) test $$tags -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
 
 install: build
 	bash scripts/install.sh $(BIN)

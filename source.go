@@ -44,8 +44,8 @@ func (s staticSource) prepare(alloc.Allocation, []byte) (podRouting, error) { re
 func (s staticSource) routing(alloc.Allocation, []byte) (podRouting, error) {
 	return podRouting{}, nil
 }
-func (s staticSource) refresh(context.Context) (int, error)                 { return 0, nil }
-func (s staticSource) exhausted(err error) error                            { return err }
+func (s staticSource) refresh(context.Context) (int, error) { return 0, nil }
+func (s staticSource) exhausted(err error) error            { return err }
 func (s staticSource) ready(_ context.Context, st *alloc.State) error {
 	if s.pool.Size(st) == 0 {
 		return fmt.Errorf("%w: the static pool has no addresses", errNotReady)

@@ -398,11 +398,7 @@ func (nw *network) backdate(t *testing.T, d time.Duration, pods ...*pod) {
 		if !ids[a["containerID"].(string)] {
 			continue
 		}
-		at, err := time.Parse(time.RFC3339Nano, a["allocatedAt"].(string))
-		if err != nil {
-			t.Fatalf("state file allocatedAt: %v", err)
-		}
-		a["allocatedAt"] = at.Add(-d).Format(time.RFC3339Nano)
+		shiftStamps(t, a, "allocatedAt", "allocatedBootNs", -d) // both clocks (alloc/clock.go)
 		moved++
 	}
 	if moved != len(ids) {
