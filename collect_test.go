@@ -225,6 +225,7 @@ func TestGCCommandBadRuntimeChangesNothing(t *testing.T) {
 		"not cri": {crifake.StartNotCRI(t), "not a cri"},
 		"refuses": {refusing.Endpoint(), "restarting"},
 		"slow":    {slow.Endpoint(), "did not answer in time"},
+		"silent":  {crifake.StartSilent(t), "did not answer in time"},
 		"lying":   {lying.Endpoint(), "refusing to free"},
 	}
 	for name, tc := range cases {

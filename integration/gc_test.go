@@ -417,6 +417,8 @@ func TestGCCommandCRI(t *testing.T) {
 				s.SetListDelay(20 * time.Second)
 				return s.Endpoint()
 			}, []string{"--timeout", "300ms"}, []string{"did not answer in time"}},
+			{"socket accepts and never answers", func(t *testing.T) string { return crifake.StartSilent(t) },
+				[]string{"--timeout", "300ms"}, []string{"did not answer in time"}},
 			{"empty listing", func(t *testing.T) string { return crifake.Start(t).Endpoint() }, nil,
 				[]string{"runtime listed no sandboxes", "refusing"}},
 		}

@@ -193,6 +193,41 @@ func StartNotGRPC(tb testing.TB) string {
 	return "unix://" + path
 }
 
+// StartSilent serves a listener that accepts connections and then never
+// reads or writes (a runtime wedged in its accept loop, or a process that
+// holds the socket and hangs) and returns its endpoint. Connections are
+// closed when the test ends.
+func StartSilent(tb testing.TB) string {
+	tb.Helper()
+	path := socketPath(tb)
+	lis := listen(tb, path)
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	tb.Cleanup(func() {
+		lis.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return "unix://" + path
+}
+
 // StaleSocket returns the endpoint of a socket file nobody listens on, as a
 // crashed runtime leaves behind (connect gets ECONNREFUSED).
 func StaleSocket(tb testing.TB) string {
