@@ -3,10 +3,15 @@ package integration
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/eni-cni/eni-cni/gc/crifake"
 )
@@ -191,4 +196,138 @@ func TestStatePathSymlinks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// mountTmpfs mounts a tmpfs of size bytes on a fresh directory and
+// unmounts it when the test ends.
+func mountTmpfs(t *testing.T, size int) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0700", size)); err != nil {
+		t.Fatalf("mount a tmpfs on %s: %v", dir, err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// fill writes a file into dir until the file system is full.
+func fill(t *testing.T, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "filler")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 4096)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			if !errors.Is(err, unix.ENOSPC) {
+				t.Fatalf("fill %s: %v", dir, err)
+			}
+			return path
+		}
+	}
+}
+
+// TestStateDiskFullAndReadOnly: the state directory on a full and then on
+// a read-only file system. ADD fails with code 5 naming the cause, and
+// leaves nothing: no veth, no pod interface, the state file as it was, no
+// temporary file. DEL on the read-only store fails (the runtime retries)
+// and keeps the allocation, then succeeds once the file system is back.
+func TestStateDiskFullAndReadOnly(t *testing.T) {
+	n := newNode(t)
+	mnt := mountTmpfs(t, 256<<10)
+	nw := newNetwork(t, n, "1.0.0", []string{"10.99.11.0/29"}, map[string]any{"stateDir": filepath.Join(mnt, "state")})
+	nw.stateDir = filepath.Join(mnt, "state")
+	pods := newPods(t, 3)
+	first := nw.addDirect(t, pods[0])
+	vethsBefore := n.vethNames(t)
+
+	check := func(what string, o output, cause string) {
+		t.Helper()
+		before := nw.stateBytes(t)
+		wantCNIError(t, what, o, 5, nw.statePath(), cause)
+		pods[1].assertUnwired(t)
+		if after := n.vethNames(t); strings.Join(after, ",") != strings.Join(vethsBefore, ",") {
+			t.Errorf("%s: node veths %v, want %v", what, after, vethsBefore)
+		}
+		if !bytes.Equal(nw.stateBytes(t), before) {
+			t.Errorf("%s: state file changed", what)
+		}
+		if tmp, _ := filepath.Glob(nw.statePath() + ".tmp-*"); len(tmp) != 0 {
+			t.Errorf("%s: temporary files left: %v", what, tmp)
+		}
+	}
+
+	filler := fill(t, mnt)
+	check("ADD on a full disk", nw.addOut(t, pods[1]), "no space left")
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := unix.Mount("", mnt, "", unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+		t.Fatalf("remount %s read-only: %v", mnt, err)
+	}
+	check("ADD on a read-only file system", nw.addOut(t, pods[1]), "read-only file system")
+	o := nw.delOut(t, pods[0])
+	wantCNIError(t, "DEL on a read-only file system", o, 5, "read-only file system")
+	if err := unix.Mount("", mnt, "", unix.MS_REMOUNT, ""); err != nil {
+		t.Fatalf("remount %s read-write: %v", mnt, err)
+	}
+	if l := nw.list(t); len(l.Allocations) != 1 || l.Allocations[0].IP != first.ip.String() {
+		t.Fatalf("after the failed DEL: %+v, want the allocation of %s kept", l.Allocations, first.ip)
+	}
+	if o := nw.delOut(t, pods[0]); o.exit != 0 {
+		t.Fatalf("DEL retried on a writable file system: %s", o)
+	}
+	n.assertNoHostSide(t, first.ip, first.veth)
+	nw.add(t, pods[1])
+}
+
+// TestLockHeldByStuckProcess: another process holds the state lock and
+// does not let go. ADD gives up after lockTimeoutSeconds with code 11,
+// naming the lock file and the holder's PID, and changes nothing.
+func TestLockHeldByStuckProcess(t *testing.T) {
+	n := newNode(t)
+	nw := newNetwork(t, n, "1.0.0", []string{"10.99.12.0/29"}, map[string]any{"lockTimeoutSeconds": 1})
+	pods := newPods(t, 2)
+	nw.add(t, pods[0])
+	lock := filepath.Join(nw.stateDir, "state.lock")
+	holder := exec.Command("flock", "--exclusive", lock, "sleep", "60")
+	if err := holder.Start(); err != nil {
+		t.Fatalf("start flock: %v", err)
+	}
+	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
+	deadline := time.Now().Add(5 * time.Second)
+	for !heldInProcLocks(t, holder.Process.Pid) {
+		if time.Now().After(deadline) {
+			t.Fatal("flock did not take the lock")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	before := nw.stateBytes(t)
+	start := time.Now()
+	o := nw.addOut(t, pods[1])
+	wantCNIError(t, "ADD with the lock held", o, 11, "timed out waiting for the state lock", lock, fmt.Sprintf("held by pid %d (flock", holder.Process.Pid))
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("ADD waited %s with lockTimeoutSeconds 1", d)
+	}
+	pods[1].assertUnwired(t)
+	if !bytes.Equal(before, nw.stateBytes(t)) {
+		t.Error("state changed")
+	}
+}
+
+func heldInProcLocks(t *testing.T, pid int) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Contains(b, []byte(fmt.Sprintf(" %d ", pid)))
 }
