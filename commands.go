@@ -168,6 +168,9 @@ func printListing(w io.Writer, l listing, age func(alloc.Allocation) time.Durati
 	tw.Flush()
 	fmt.Fprintf(w, "pool: total %d, free %d, cooling %d, allocated %d (state %s)\n",
 		l.Pool.Total, l.Pool.Free, l.Pool.Cooling, l.Pool.Allocated, l.StateFile)
+	if l.Pool.Outside > 0 {
+		fmt.Fprintf(w, "%d allocations hold addresses outside the pool (ranges changed?); they stay until their pods' DEL\n", l.Pool.Outside)
+	}
 }
 
 func shortContainerID(id string) string {

@@ -33,6 +33,10 @@ type Counts struct {
 	Free      int `json:"free"`
 	Cooling   int `json:"cooling"`
 	Allocated int `json:"allocated"`
+	// Outside counts allocations of addresses the pool no longer holds
+	// (static ranges changed, an address gone from the ec2 pool). They are
+	// kept, as their pods may still use them, and never handed out again.
+	Outside int `json:"outside,omitempty"`
 }
 
 // Request is what an ADD knows about the attachment it wants an address for.
@@ -333,6 +337,8 @@ func (m *Manager) Counts(st *State) Counts {
 		if m.Pool.Contains(st, a.IP) {
 			c.Allocated++
 			allocated[a.IP] = true
+		} else {
+			c.Outside++
 		}
 	}
 	now, boot := m.now(), m.boot()

@@ -277,3 +277,32 @@ func TestLockHoldersParse(t *testing.T) {
 		t.Errorf("hex device numbers: %v, want [555]", got)
 	}
 }
+
+// TestAllocationOutsidePool: an allocation of an address the pool no
+// longer has (the ranges were changed) is kept for its pod, counted apart,
+// never handed to another pod, and freed by its DEL.
+func TestAllocationOutsidePool(t *testing.T) {
+	m, s, _ := newManager(t, "10.0.0.1-10.0.0.2")
+	st := NewState("boot-1")
+	st.Allocations = []Allocation{{Key: key("old"), IP: netip.MustParseAddr("10.9.9.9"), HostVeth: "eniold"}}
+	if err := s.Save(st); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a, existed, err := m.Allocate(ctx, req("old"))
+	if err != nil || !existed || a.IP.String() != "10.9.9.9" {
+		t.Fatalf("repeated ADD of the old pod: %v %v %v", a.IP, existed, err)
+	}
+	for _, cid := range []string{"n1", "n2"} {
+		if a, _, err := m.Allocate(ctx, req(cid)); err != nil || a.IP.String() == "10.9.9.9" {
+			t.Fatalf("new pod %s: %v %v", cid, a.IP, err)
+		}
+	}
+	_, c, _ := m.Snapshot(ctx)
+	if c != (Counts{Total: 2, Free: 0, Allocated: 2, Outside: 1}) {
+		t.Errorf("counts %+v", c)
+	}
+	if _, found, err := m.Release(ctx, key("old"), netip.Addr{}); err != nil || !found {
+		t.Fatalf("DEL of the old pod: %v %v", found, err)
+	}
+}
