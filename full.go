@@ -94,7 +94,7 @@ func cmdInternal(args []string, stdin io.Reader, stdout io.Writer) error {
 // eniHost sets up the ENIs that warm attaches.
 type eniHost struct{ mtu int }
 
-func (h eniHost) SetupENI(ctx context.Context, e ec2.ENIState) error {
+func (h eniHost) SetupENI(ctx context.Context, e pool.ENI) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	return netsetup.WaitENI(ctx, netsetup.ENILink{MAC: e.MAC, MTU: h.mtu, Table: e.Table(), SubnetCIDR: e.SubnetCIDR, Gateway: e.Gateway()})
@@ -206,14 +206,10 @@ func ensureSNAT(ctx context.Context, mgr *alloc.Manager, stdout io.Writer) error
 	if err != nil {
 		return err
 	}
-	src, err := pool.LoadSource(st)
-	if err != nil {
-		return err
-	}
-	if len(src.ENIs) == 0 {
+	primary, ok := st.EC2.PrimaryENI()
+	if !ok {
 		return fmt.Errorf("warm: snat: no ENI discovered yet")
 	}
-	primary := src.ENIs[0]
 	changed, err := snat.Ensure(primary.VPCCIDRs, primary.PrimaryIP)
 	if err != nil {
 		return fmt.Errorf("warm: snat: %w", err)
@@ -231,11 +227,8 @@ func regionOf(ctx context.Context, mgr *alloc.Manager, md ec2.Metadata, out io.W
 	if err != nil {
 		return "", err
 	}
-	src, err := pool.LoadSource(st)
-	if err != nil {
-		return "", err
-	}
-	if src.AZ == "" {
+	src := st.EC2
+	if src == nil || src.AZ == "" {
 		inst, added, err := ec2.Refresh(ctx, mgr, md, time.Now())
 		if err != nil {
 			return "", err
@@ -246,5 +239,5 @@ func regionOf(ctx context.Context, mgr *alloc.Manager, md ec2.Metadata, out io.W
 	if src.Region != "" {
 		return src.Region, nil
 	}
-	return (&ec2.Instance{AZ: src.AZ}).Region(), nil
+	return (&pool.Instance{AZ: src.AZ}).Region(), nil
 }

@@ -11,6 +11,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/ec2/pool"
 	"github.com/eni-cni/eni-cni/netsetup"
 )
 
@@ -70,7 +71,7 @@ func (p *plugin) podSpec(a alloc.Allocation, netns string, r podRouting) netsetu
 
 // allocate takes an address; when the pool is empty it lets the source
 // look once for addresses the store does not know yet (IMDS), then retries.
-func (p *plugin) allocate(ctx context.Context, req alloc.Request) (alloc.Allocation, bool, []byte, error) {
+func (p *plugin) allocate(ctx context.Context, req alloc.Request) (alloc.Allocation, bool, *pool.EC2, error) {
 	a, existed, source, err := p.mgr.AllocateWithSource(ctx, req)
 	if !errors.Is(err, alloc.ErrPoolExhausted) {
 		return a, existed, source, err

@@ -14,11 +14,11 @@ import (
 // poolSource is what differs between pool sources when serving CNI verbs.
 type poolSource interface {
 	// prepare readies the node for address a (for ec2: its ENI's link and
-	// route table) and says how the pod's traffic is routed. source is
-	// State.Source as read with the allocation.
-	prepare(a alloc.Allocation, source []byte) (podRouting, error)
+	// route table) and says how the pod's traffic is routed. sec is the
+	// state's ec2 section as read with the allocation (nil if none).
+	prepare(a alloc.Allocation, sec *pool.EC2) (podRouting, error)
 	// routing is prepare without changing anything, for CHECK.
-	routing(a alloc.Allocation, source []byte) podRouting
+	routing(a alloc.Allocation, sec *pool.EC2) podRouting
 	// refresh looks for addresses the store does not know yet, once, when
 	// the pool is empty; it returns how many it added.
 	refresh(ctx context.Context) (int, error)
@@ -39,10 +39,12 @@ type podRouting struct {
 // staticSource is a pool of configured ranges on the node's own network.
 type staticSource struct{ pool alloc.Pool }
 
-func (s staticSource) prepare(alloc.Allocation, []byte) (podRouting, error) { return podRouting{}, nil }
-func (s staticSource) routing(alloc.Allocation, []byte) podRouting          { return podRouting{} }
-func (s staticSource) refresh(context.Context) (int, error)                 { return 0, nil }
-func (s staticSource) exhausted(err error) error                            { return err }
+func (s staticSource) prepare(alloc.Allocation, *pool.EC2) (podRouting, error) {
+	return podRouting{}, nil
+}
+func (s staticSource) routing(alloc.Allocation, *pool.EC2) podRouting { return podRouting{} }
+func (s staticSource) refresh(context.Context) (int, error)           { return 0, nil }
+func (s staticSource) exhausted(err error) error                      { return err }
 func (s staticSource) ready(_ context.Context, st *alloc.State) error {
 	if s.pool.Size(st) == 0 {
 		return fmt.Errorf("%w: the static pool has no addresses", errNotReady)
@@ -57,20 +59,16 @@ type ec2Source struct {
 	mgr *alloc.Manager
 }
 
-func (s ec2Source) eni(a alloc.Allocation, source []byte) (pool.ENIState, error) {
-	src, err := pool.LoadSource(&alloc.State{Source: source})
-	if err != nil {
-		return pool.ENIState{}, err
-	}
-	e, ok := src.ENI(a.ENI)
+func (s ec2Source) eni(a alloc.Allocation, sec *pool.EC2) (pool.ENI, error) {
+	e, ok := sec.ENI(a.ENI)
 	if !ok {
 		return e, fmt.Errorf("address %s belongs to %s, which the store does not describe", a.IP, a.ENI)
 	}
 	return e, nil
 }
 
-func (s ec2Source) prepare(a alloc.Allocation, source []byte) (podRouting, error) {
-	e, err := s.eni(a, source)
+func (s ec2Source) prepare(a alloc.Allocation, sec *pool.EC2) (podRouting, error) {
+	e, err := s.eni(a, sec)
 	if err != nil || e.Table() == 0 {
 		return podRouting{}, err
 	}
@@ -81,8 +79,8 @@ func (s ec2Source) prepare(a alloc.Allocation, source []byte) (podRouting, error
 	return s.routingOf(e), nil
 }
 
-func (s ec2Source) routing(a alloc.Allocation, source []byte) podRouting {
-	e, err := s.eni(a, source)
+func (s ec2Source) routing(a alloc.Allocation, sec *pool.EC2) podRouting {
+	e, err := s.eni(a, sec)
 	if err != nil {
 		return podRouting{}
 	}
@@ -92,7 +90,7 @@ func (s ec2Source) routing(a alloc.Allocation, source []byte) podRouting {
 // routingOf: a pod on a secondary ENI sends through that ENI; with SNAT,
 // only traffic to the VPC does, and the rest leaves through the primary ENI
 // under the node's address.
-func (s ec2Source) routingOf(e pool.ENIState) podRouting {
+func (s ec2Source) routingOf(e pool.ENI) podRouting {
 	if e.Table() == 0 {
 		return podRouting{}
 	}
@@ -116,7 +114,7 @@ func (s ec2Source) exhausted(err error) error {
 // ready: a pool with addresses can serve ADD; an empty one can if IMDS
 // answers (warm will fill it). Only an empty pool and no IMDS is a fault.
 func (s ec2Source) ready(ctx context.Context, st *alloc.State) error {
-	if (alloc.StoredPool{}).Size(st) > 0 {
+	if s.cfg.Pool.Size(st) > 0 {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)

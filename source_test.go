@@ -64,8 +64,8 @@ func TestEC2AddRefreshesFromIMDSOnce(t *testing.T) {
 		t.Errorf("got %s, want one of %v", got, ips)
 	}
 	st, _, _ := p.mgr.Snapshot(ctx)
-	if len(st.Pool) != 2 || st.Allocations[0].ENI != f.PrimaryENI().ID {
-		t.Errorf("pool %+v, allocation ENI %q", st.Pool, st.Allocations[0].ENI)
+	if st.EC2 == nil || len(st.EC2.Addrs) != 2 || st.Allocations[0].ENI != f.PrimaryENI().ID {
+		t.Errorf("pool %+v, allocation ENI %q", st.EC2, st.Allocations[0].ENI)
 	}
 	calls := f.IMDSCalls()
 	if _, err := p.add(ctx, att("c2")); err != nil {

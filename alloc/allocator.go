@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/eni-cni/eni-cni/ec2/pool"
 )
 
 // ErrPoolExhausted means no address is free right now. It is temporary:
@@ -90,6 +92,8 @@ func (m *Manager) Update(ctx context.Context, fn func(st *State) (changed bool, 
 		return err
 	}
 	if changed || fnChanged {
+		// Tombstones are pruned on every save, never a reason for one.
+		st.EC2.PruneTombstones(m.now())
 		return m.Store.Save(st)
 	}
 	return nil
@@ -128,12 +132,13 @@ func (m *Manager) Allocate(ctx context.Context, req Request) (a Allocation, exis
 	return a, existed, err
 }
 
-// AllocateWithSource is Allocate that also returns the pool source's data
-// (State.Source) as read in the same locked read, so a dynamic source can
-// prepare the address's ENI without reading the state again.
-func (m *Manager) AllocateWithSource(ctx context.Context, req Request) (a Allocation, existed bool, source []byte, err error) {
+// AllocateWithSource is Allocate that also returns the ec2 section
+// (State.EC2, nil for the static source) as read in the same locked read,
+// so the ec2 source can prepare the address's ENI without reading the state
+// again. The section is the caller's copy; changing it changes nothing.
+func (m *Manager) AllocateWithSource(ctx context.Context, req Request) (a Allocation, existed bool, source *pool.EC2, err error) {
 	err = m.Update(ctx, func(st *State) (bool, error) {
-		source = st.Source
+		source = st.EC2
 		if i := st.Find(req.Key); i >= 0 {
 			a, existed = st.Allocations[i], true
 			return false, nil
@@ -259,10 +264,10 @@ func (m *Manager) Get(ctx context.Context, k Key) (a Allocation, found bool, err
 	return a, found, err
 }
 
-// GetWithSource is Get that also returns State.Source.
-func (m *Manager) GetWithSource(ctx context.Context, k Key) (a Allocation, found bool, source []byte, err error) {
+// GetWithSource is Get that also returns State.EC2.
+func (m *Manager) GetWithSource(ctx context.Context, k Key) (a Allocation, found bool, source *pool.EC2, err error) {
 	err = m.Update(ctx, func(st *State) (bool, error) {
-		source = st.Source
+		source = st.EC2
 		if i := st.Find(k); i >= 0 {
 			a, found = st.Allocations[i], true
 		}

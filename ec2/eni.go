@@ -27,7 +27,7 @@ const (
 // createENI creates an ENI in the primary ENI's subnet (or Cfg.SubnetID)
 // with addresses for the need, attaches it at the next free device index
 // with DeleteOnTermination, records it and sets it up on the node.
-func (w *Warmer) createENI(ctx context.Context, src *SourceState, need int) error {
+func (w *Warmer) createENI(ctx context.Context, src *pool.EC2, need int) error {
 	primary := src.ENIs[0]
 	subnet, sgs := primary.SubnetID, primary.SecurityGroups
 	if w.Cfg.SubnetID != "" {
@@ -75,11 +75,11 @@ func (w *Warmer) createENI(ctx context.Context, src *SourceState, need int) erro
 }
 
 // newENIState reads the created ENI from the reply.
-func (w *Warmer) newENIState(ctx context.Context, ni *types.NetworkInterface, src *SourceState, primary ENIState) (ENIState, []netip.Addr, []netip.Prefix, error) {
+func (w *Warmer) newENIState(ctx context.Context, ni *types.NetworkInterface, src *pool.EC2, primary pool.ENI) (pool.ENI, []netip.Addr, []netip.Prefix, error) {
 	if ni == nil || ni.NetworkInterfaceId == nil {
-		return ENIState{}, nil, nil, fmt.Errorf("create ENI: reply has no interface")
+		return pool.ENI{}, nil, nil, fmt.Errorf("create ENI: reply has no interface")
 	}
-	e := ENIState{
+	e := pool.ENI{
 		ID: aws.ToString(ni.NetworkInterfaceId), MAC: aws.ToString(ni.MacAddress),
 		SubnetID: aws.ToString(ni.SubnetId), VPCCIDRs: primary.VPCCIDRs,
 		DeviceNumber: nextDeviceIndex(src),
@@ -117,7 +117,7 @@ func (w *Warmer) newENIState(ctx context.Context, ni *types.NetworkInterface, sr
 	return e, ips, prefixes, err
 }
 
-func (w *Warmer) subnetCIDR(ctx context.Context, subnet string, primary ENIState) (netip.Prefix, error) {
+func (w *Warmer) subnetCIDR(ctx context.Context, subnet string, primary pool.ENI) (netip.Prefix, error) {
 	if subnet == primary.SubnetID {
 		return primary.SubnetCIDR, nil
 	}
@@ -131,7 +131,7 @@ func (w *Warmer) subnetCIDR(ctx context.Context, subnet string, primary ENIState
 	return netip.ParsePrefix(aws.ToString(out.Subnets[0].CidrBlock))
 }
 
-func (w *Warmer) attach(ctx context.Context, e *ENIState, src *SourceState) error {
+func (w *Warmer) attach(ctx context.Context, e *pool.ENI, src *pool.EC2) error {
 	out, err := w.API.AttachNetworkInterface(ctx, &ec2.AttachNetworkInterfaceInput{
 		DeviceIndex:        aws.Int32(int32(e.DeviceNumber)),
 		InstanceId:         aws.String(src.InstanceID),
@@ -167,24 +167,25 @@ func (w *Warmer) abandon(ctx context.Context, id string, cause error) error {
 	return errors.Join(cause, w.setDirty(ctx, false))
 }
 
-func (w *Warmer) recordENI(ctx context.Context, e ENIState, ips []netip.Addr, prefixes []netip.Prefix) (int, error) {
+func (w *Warmer) recordENI(ctx context.Context, e pool.ENI, ips []netip.Addr, prefixes []netip.Prefix) (int, error) {
 	added := 0
-	err := w.update(context.WithoutCancel(ctx), func(st *alloc.State, src *SourceState) error {
+	err := w.update(context.WithoutCancel(ctx), func(st *alloc.State, src *pool.EC2) error {
 		e.Secondary = len(ips)
 		e.Prefixes = prefixes
+		e.Created = true
 		src.ENIs = append(src.ENIs, e)
-		sort.Slice(src.ENIs, func(i, j int) bool { return src.ENIs[i].DeviceNumber < src.ENIs[j].DeviceNumber })
+		src.SortENIs()
 		all := slices.Clone(ips)
 		for _, p := range prefixes {
 			all = append(all, pool.Expand(p)...)
 		}
-		added = addToPool(st, e.ID, all, w.now())
+		added = src.AddAddrs(e.ID, pool.OriginAssigned, all, w.now())
 		return nil
 	})
 	return added, err
 }
 
-func (w *Warmer) tags(src *SourceState) []types.Tag {
+func (w *Warmer) tags(src *pool.EC2) []types.Tag {
 	tags := []types.Tag{
 		{Key: aws.String(TagInstanceID), Value: aws.String(src.InstanceID)},
 		{Key: aws.String(TagCreatedAt), Value: aws.String(w.now().UTC().Format(time.RFC3339))},
@@ -201,9 +202,9 @@ func (w *Warmer) tags(src *SourceState) []types.Tag {
 }
 
 // nextDeviceIndex is the lowest device index no known ENI uses.
-func nextDeviceIndex(src *SourceState) int {
+func nextDeviceIndex(src *pool.EC2) int {
 	for i := 1; ; i++ {
-		if !slices.ContainsFunc(src.ENIs, func(e ENIState) bool { return e.DeviceNumber == i }) {
+		if !slices.ContainsFunc(src.ENIs, func(e pool.ENI) bool { return e.DeviceNumber == i }) {
 			return i
 		}
 	}

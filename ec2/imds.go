@@ -17,6 +17,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/eni-cni/eni-cni/ec2/pool"
 )
 
 // Metadata is the part of the IMDS client discovery uses.
@@ -28,9 +30,9 @@ type Metadata interface {
 var ErrIMDS = errors.New("instance metadata")
 
 // Discover reads the instance and every attached ENI from IMDS.
-func Discover(ctx context.Context, md Metadata) (*Instance, error) {
+func Discover(ctx context.Context, md Metadata) (*pool.Instance, error) {
 	r := reader{md: md}
-	inst := &Instance{
+	inst := &pool.Instance{
 		ID:         r.get(ctx, "instance-id"),
 		Type:       r.get(ctx, "instance-type"),
 		AZ:         r.get(ctx, "placement/availability-zone"),
@@ -57,10 +59,10 @@ func Discover(ctx context.Context, md Metadata) (*Instance, error) {
 	return inst, nil
 }
 
-func discoverENI(ctx context.Context, md Metadata, mac string) (ENIInfo, error) {
+func discoverENI(ctx context.Context, md Metadata, mac string) (pool.ENIInfo, error) {
 	r := reader{md: md}
 	base := "network/interfaces/macs/" + mac + "/"
-	e := ENIInfo{MAC: mac, ID: r.get(ctx, base+"interface-id"), SubnetID: r.get(ctx, base+"subnet-id")}
+	e := pool.ENIInfo{MAC: mac, ID: r.get(ctx, base+"interface-id"), SubnetID: r.get(ctx, base+"subnet-id")}
 	dev := r.get(ctx, base+"device-number")
 	cidr := r.get(ctx, base+"subnet-ipv4-cidr-block")
 	vpcs := r.list(ctx, base+"vpc-ipv4-cidr-blocks")

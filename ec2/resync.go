@@ -17,7 +17,7 @@ import (
 
 // attached is what EC2 says one attached ENI holds.
 type attached struct {
-	state    ENIState
+	state    pool.ENI
 	ips      []netip.Addr // secondary addresses
 	prefixes []netip.Prefix
 }
@@ -39,7 +39,7 @@ func (w *Warmer) resync(ctx context.Context) error {
 		return fmt.Errorf("resync with EC2: %w", err)
 	}
 	var report resyncReport
-	err = w.update(ctx, func(st *alloc.State, src *SourceState) error {
+	err = w.update(ctx, func(st *alloc.State, src *pool.EC2) error {
 		report = applyTruth(st, src, truth, w.now())
 		src.Dirty = false
 		return nil
@@ -50,7 +50,7 @@ func (w *Warmer) resync(ctx context.Context) error {
 	return err
 }
 
-func (w *Warmer) describeAttached(ctx context.Context, src *SourceState) (map[string]attached, error) {
+func (w *Warmer) describeAttached(ctx context.Context, src *pool.EC2) (map[string]attached, error) {
 	primary := src.ENIs[0]
 	in := &ec2.DescribeNetworkInterfacesInput{
 		Filters: []types.Filter{{Name: aws.String("attachment.instance-id"), Values: []string{src.InstanceID}}},
@@ -75,8 +75,8 @@ func (w *Warmer) describeAttached(ctx context.Context, src *SourceState) (map[st
 	}
 }
 
-func (w *Warmer) attachedFrom(ctx context.Context, ni *types.NetworkInterface, src *SourceState, primary ENIState) (attached, error) {
-	e := ENIState{ID: aws.ToString(ni.NetworkInterfaceId), MAC: aws.ToString(ni.MacAddress), SubnetID: aws.ToString(ni.SubnetId), VPCCIDRs: primary.VPCCIDRs}
+func (w *Warmer) attachedFrom(ctx context.Context, ni *types.NetworkInterface, src *pool.EC2, primary pool.ENI) (attached, error) {
+	e := pool.ENI{ID: aws.ToString(ni.NetworkInterfaceId), MAC: aws.ToString(ni.MacAddress), SubnetID: aws.ToString(ni.SubnetId), VPCCIDRs: primary.VPCCIDRs}
 	if ni.Attachment != nil {
 		e.DeviceNumber = int(aws.ToInt32(ni.Attachment.DeviceIndex))
 	}
@@ -133,20 +133,22 @@ func (r resyncReport) String() string {
 	return s
 }
 
-// applyTruth is resync's store update, pure given its inputs.
-func applyTruth(st *alloc.State, src *SourceState, truth map[string]attached, now time.Time) resyncReport {
+// applyTruth is resync's store update, pure given its inputs. Addresses
+// EC2 lists and the store lacks join the pool (assigned on ENIs eni-cni
+// created, found elsewhere); free ones EC2 no longer lists leave it; an
+// allocated one is flagged lost, never handed out again, and leaves when
+// its pod is gone.
+func applyTruth(st *alloc.State, src *pool.EC2, truth map[string]attached, now time.Time) resyncReport {
 	var r resyncReport
 	assigned := map[netip.Addr]string{}
 	for id, a := range truth {
-		if !slices.ContainsFunc(src.ENIs, func(e ENIState) bool { return e.ID == id }) {
+		i := slices.IndexFunc(src.ENIs, func(e pool.ENI) bool { return e.ID == id })
+		if i < 0 {
 			src.ENIs = append(src.ENIs, a.state)
+			i = len(src.ENIs) - 1
 			r.enis++
 		}
-		for i := range src.ENIs {
-			if src.ENIs[i].ID == id {
-				src.ENIs[i].Secondary, src.ENIs[i].Prefixes = a.state.Secondary, a.state.Prefixes
-			}
-		}
+		src.ENIs[i].Secondary, src.ENIs[i].Prefixes = a.state.Secondary, a.state.Prefixes
 		for _, ip := range a.ips {
 			assigned[ip] = id
 		}
@@ -156,40 +158,41 @@ func applyTruth(st *alloc.State, src *SourceState, truth map[string]attached, no
 			}
 		}
 	}
-	slices.SortFunc(src.ENIs, func(a, b ENIState) int { return a.DeviceNumber - b.DeviceNumber })
+	src.SortENIs()
 	allocated := map[netip.Addr]bool{}
 	for _, a := range st.Allocations {
 		allocated[a.IP] = true
 	}
-	until := now.Add(pool.TombstoneTTL).UTC()
 	inPool := map[netip.Addr]bool{}
-	st.Pool = slices.DeleteFunc(st.Pool, func(p alloc.PoolAddr) bool {
+	src.Addrs = slices.DeleteFunc(src.Addrs, func(p pool.Addr) bool {
 		inPool[p.IP] = true
 		_, ok := assigned[p.IP]
 		switch {
 		case ok && p.Unusable:
 			r.settled++
 		case !ok && allocated[p.IP]:
-			r.mismatched = append(r.mismatched, p.IP)
+			if !p.Lost {
+				r.mismatched = append(r.mismatched, p.IP)
+			}
 		case !ok:
 			r.dropped++
-			src.Tombstones = append(src.Tombstones, Tombstone{IP: p.IP, Until: until})
+			src.Bury(p.IP, now)
 			return true
 		}
 		return false
 	})
-	for i := range st.Pool {
-		// Assigned: usable. Allocated but no longer assigned: kept out of
-		// use, so that once its pod is gone it is dropped, not reused.
-		_, ok := assigned[st.Pool[i].IP]
-		st.Pool[i].Unusable = !ok
+	for i := range src.Addrs {
+		_, ok := assigned[src.Addrs[i].IP]
+		src.Addrs[i].Unusable = false
+		src.Addrs[i].Lost = !ok
 	}
-	for ip, eni := range assigned {
+	for ip, id := range assigned {
 		if !inPool[ip] {
-			st.Pool = append(st.Pool, alloc.PoolAddr{IP: ip, ENI: eni, AddedAt: now.UTC()})
+			e, _ := src.ENI(id)
+			src.AddAddrs(id, e.FoundOrigin(), []netip.Addr{ip}, now)
 			r.added++
 		}
 	}
-	pool.SortPool(st)
+	src.SortAddrs()
 	return r
 }

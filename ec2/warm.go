@@ -1,7 +1,9 @@
 package ec2
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -36,7 +38,7 @@ type API interface {
 // HostENI prepares the node side of a secondary ENI: link up with the MTU
 // and its route table. It must be idempotent.
 type HostENI interface {
-	SetupENI(ctx context.Context, e ENIState) error
+	SetupENI(ctx context.Context, e pool.ENI) error
 }
 
 // Warmer runs one `eni-cni warm` pass.
@@ -45,7 +47,7 @@ type Warmer struct {
 	API  API
 	MD   Metadata
 	Host HostENI
-	Cfg  WarmConfig
+	Cfg  pool.WarmConfig
 	Out  io.Writer
 	Now  func() time.Time
 }
@@ -66,34 +68,41 @@ func (w *Warmer) say(format string, args ...any) {
 // view is a snapshot of the store taken under the lock.
 type view struct {
 	st     *alloc.State
-	src    *SourceState
+	src    *pool.EC2 // never nil: empty on a node warm never ran on
 	counts alloc.Counts
 }
 
 func (w *Warmer) snapshot(ctx context.Context) (*view, error) {
 	var v view
 	err := w.Mgr.Update(ctx, func(st *alloc.State) (bool, error) {
-		src, err := pool.LoadSource(st)
-		if err != nil {
-			return false, err
-		}
-		v = view{st: st, src: src, counts: w.Mgr.Counts(st)}
+		v = view{st: st, src: section(st), counts: w.Mgr.Counts(st)}
 		return false, nil
 	})
 	return &v, err
 }
 
-// update applies fn to the current state and source under the lock.
-func (w *Warmer) update(ctx context.Context, fn func(*alloc.State, *SourceState) error) error {
+// section returns the state's ec2 section, creating an empty one.
+func section(st *alloc.State) *pool.EC2 {
+	if st.EC2 == nil {
+		st.EC2 = &pool.EC2{}
+	}
+	return st.EC2
+}
+
+// update applies fn to the current state and its ec2 section under the
+// lock, and saves only if fn changed the section: a pass with nothing to
+// do writes nothing.
+func (w *Warmer) update(ctx context.Context, fn func(*alloc.State, *pool.EC2) error) error {
 	return w.Mgr.Update(ctx, func(st *alloc.State) (bool, error) {
-		src, err := pool.LoadSource(st)
+		before, err := json.Marshal(st.EC2)
 		if err != nil {
 			return false, err
 		}
-		if err := fn(st, src); err != nil {
+		if err := fn(st, section(st)); err != nil {
 			return false, err
 		}
-		return true, pool.SaveSource(st, src)
+		after, err := json.Marshal(st.EC2)
+		return !bytes.Equal(before, after), err
 	})
 }
 
@@ -114,7 +123,7 @@ func (w *Warmer) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	if v.src.Dirty || hasUnusable(v.st) {
+	if v.src.Dirty || hasUnusable(v.src) {
 		if err := w.resync(ctx); err != nil {
 			return err
 		}
@@ -136,7 +145,7 @@ func (w *Warmer) setDirty(ctx context.Context, dirty bool) error {
 	if err != nil || v.src.Dirty == dirty {
 		return err
 	}
-	return w.update(context.WithoutCancel(ctx), func(_ *alloc.State, src *SourceState) error {
+	return w.update(context.WithoutCancel(ctx), func(_ *alloc.State, src *pool.EC2) error {
 		src.Dirty = dirty
 		return nil
 	})
@@ -159,29 +168,25 @@ func (w *Warmer) refused(ctx context.Context, err error) error {
 	return err
 }
 
-func hasUnusable(st *alloc.State) bool {
-	for _, p := range st.Pool {
-		if p.Unusable {
-			return true
-		}
-	}
-	return false
+func hasUnusable(src *pool.EC2) bool {
+	return slices.ContainsFunc(src.Addrs, func(a pool.Addr) bool { return a.Unusable })
 }
 
 // Refresh reads IMDS and merges what it lists into the store.
-func Refresh(ctx context.Context, mgr *alloc.Manager, md Metadata, now time.Time) (*Instance, int, error) {
+func Refresh(ctx context.Context, mgr *alloc.Manager, md Metadata, now time.Time) (*pool.Instance, int, error) {
 	inst, err := Discover(ctx, md)
 	if err != nil {
 		return nil, 0, err
 	}
 	added := 0
 	err = mgr.Update(ctx, func(st *alloc.State) (bool, error) {
-		src, err := pool.LoadSource(st)
+		before, err := json.Marshal(st.EC2)
 		if err != nil {
 			return false, err
 		}
-		added = pool.Merge(st, src, inst, now)
-		return true, pool.SaveSource(st, src)
+		added = pool.Merge(section(st), inst, now)
+		after, err := json.Marshal(st.EC2)
+		return !bytes.Equal(before, after), err
 	})
 	return inst, added, err
 }
@@ -210,12 +215,12 @@ func (w *Warmer) fetchLimits(ctx context.Context) error {
 		return fmt.Errorf("describe instance type %s: no network info in the reply", v.src.InstanceType)
 	}
 	ni := out.InstanceTypes[0].NetworkInfo
-	lim := &Limits{MaxENIs: int(aws.ToInt32(ni.MaximumNetworkInterfaces)), IPv4PerENI: int(aws.ToInt32(ni.Ipv4AddressesPerInterface))}
+	lim := &pool.Limits{MaxENIs: int(aws.ToInt32(ni.MaximumNetworkInterfaces)), IPv4PerENI: int(aws.ToInt32(ni.Ipv4AddressesPerInterface))}
 	if lim.MaxENIs < 1 || lim.IPv4PerENI < 2 {
 		return fmt.Errorf("describe instance type %s: implausible limits %+v", v.src.InstanceType, *lim)
 	}
 	w.say("limits of %s: %d ENIs, %d IPv4 addresses each", v.src.InstanceType, lim.MaxENIs, lim.IPv4PerENI)
-	return w.update(ctx, func(_ *alloc.State, src *SourceState) error {
+	return w.update(ctx, func(_ *alloc.State, src *pool.EC2) error {
 		src.Limits = lim
 		return nil
 	})
@@ -255,30 +260,30 @@ func (w *Warmer) fill(ctx context.Context) error {
 }
 
 // slots is how many secondary addresses or prefixes one ENI takes.
-func slots(src *SourceState) int { return src.Limits.IPv4PerENI - 1 }
+func slots(src *pool.EC2) int { return src.Limits.IPv4PerENI - 1 }
 
 // roomyENI returns the lowest-numbered ENI with free slots and how many.
-func (w *Warmer) roomyENI(src *SourceState) (ENIState, int) {
+func (w *Warmer) roomyENI(src *pool.EC2) (pool.ENI, int) {
 	for _, e := range src.ENIs {
 		if room := slots(src) - e.Secondary - len(e.Prefixes); room > 0 {
 			return e, room
 		}
 	}
-	return ENIState{}, 0
+	return pool.ENI{}, 0
 }
 
-func (w *Warmer) maxENIs(src *SourceState) int {
+func (w *Warmer) maxENIs(src *pool.EC2) int {
 	if w.Cfg.MaxENIs > 0 {
 		return min(w.Cfg.MaxENIs, src.Limits.MaxENIs)
 	}
 	return src.Limits.MaxENIs
 }
 
-func (w *Warmer) canCreate(src *SourceState) bool { return len(src.ENIs) < w.maxENIs(src) }
+func (w *Warmer) canCreate(src *pool.EC2) bool { return len(src.ENIs) < w.maxENIs(src) }
 
 // assign asks EC2 for addresses (or /28 prefixes) on e and records exactly
 // what the reply says was assigned.
-func (w *Warmer) assign(ctx context.Context, e ENIState, need, room int) error {
+func (w *Warmer) assign(ctx context.Context, e pool.ENI, need, room int) error {
 	in := &ec2.AssignPrivateIpAddressesInput{NetworkInterfaceId: aws.String(e.ID)}
 	if w.Cfg.PrefixDelegation {
 		in.Ipv4PrefixCount = aws.Int32(int32(min((need+15)/16, room)))
@@ -315,8 +320,8 @@ func (w *Warmer) assign(ctx context.Context, e ENIState, need, room int) error {
 func (w *Warmer) record(ctx context.Context, eniID string, ips []netip.Addr, prefixes []netip.Prefix) (int, error) {
 	added := 0
 	// EC2 has made the change: record it even if the pass's time is up.
-	err := w.update(context.WithoutCancel(ctx), func(st *alloc.State, src *SourceState) error {
-		i := slices.IndexFunc(src.ENIs, func(e ENIState) bool { return e.ID == eniID })
+	err := w.update(context.WithoutCancel(ctx), func(st *alloc.State, src *pool.EC2) error {
+		i := slices.IndexFunc(src.ENIs, func(e pool.ENI) bool { return e.ID == eniID })
 		if i < 0 {
 			return fmt.Errorf("record addresses of %s: ENI not in the store", eniID)
 		}
@@ -328,27 +333,10 @@ func (w *Warmer) record(ctx context.Context, eniID string, ips []netip.Addr, pre
 			}
 			all = append(all, pool.Expand(p)...)
 		}
-		added = addToPool(st, eniID, all, w.now())
+		added = src.AddAddrs(eniID, pool.OriginAssigned, all, w.now())
 		return nil
 	})
 	return added, err
-}
-
-func addToPool(st *alloc.State, eniID string, ips []netip.Addr, now time.Time) int {
-	have := make(map[netip.Addr]bool, len(st.Pool))
-	for _, p := range st.Pool {
-		have[p.IP] = true
-	}
-	n := 0
-	for _, ip := range ips {
-		if !have[ip] {
-			st.Pool = append(st.Pool, alloc.PoolAddr{IP: ip, ENI: eniID, AddedAt: now.UTC()})
-			have[ip] = true
-			n++
-		}
-	}
-	pool.SortPool(st)
-	return n
 }
 
 func describe(ips []netip.Addr, prefixes []netip.Prefix) string {

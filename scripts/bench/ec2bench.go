@@ -14,6 +14,7 @@ import (
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2"
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
+	"github.com/eni-cni/eni-cni/ec2/pool"
 )
 
 // ec2Calls is what the fake EC2 and IMDS served during one scenario.
@@ -51,9 +52,9 @@ type ec2Env struct {
 
 type noHost struct{}
 
-func (noHost) SetupENI(context.Context, ec2.ENIState) error { return nil }
+func (noHost) SetupENI(context.Context, pool.ENI) error { return nil }
 
-func newEC2Env(cfg ec2fake.Config, wc ec2.WarmConfig) (*ec2Env, error) {
+func newEC2Env(cfg ec2fake.Config, wc pool.WarmConfig) (*ec2Env, error) {
 	fake, err := ec2fake.New(cfg)
 	if err != nil {
 		return nil, err
@@ -152,7 +153,7 @@ func (b *bench) phaseEC2(ctx context.Context) error {
 			}
 		}()
 	}
-	wc := ec2.WarmConfig{WarmIPTarget: 5, Tags: map[string]string{"team": "net"}}
+	wc := pool.WarmConfig{WarmIPTarget: 5, Tags: map[string]string{"team": "net"}}
 	e, err := newEC2Env(ec2fake.Config{InstanceType: "m5.large"}, wc)
 	if err != nil {
 		return err
@@ -170,7 +171,7 @@ func (b *bench) phaseEC2(ctx context.Context) error {
 	}
 	b.res.EC2 = append(b.res.EC2, e.take(fmt.Sprintf("1 h of warm every 30 s after the fill (%d pods)", got), t0, p0, got))
 
-	idle, err := newEC2Env(ec2fake.Config{InstanceType: "m5.large"}, ec2.WarmConfig{WarmIPTarget: 5})
+	idle, err := newEC2Env(ec2fake.Config{InstanceType: "m5.large"}, pool.WarmConfig{WarmIPTarget: 5})
 	if err != nil {
 		return err
 	}
