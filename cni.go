@@ -62,11 +62,22 @@ type verbFunc func(ctx context.Context, p *plugin) (logAttrs []any, err error)
 // line and converts the error to a CNI error at this single boundary.
 func runVerb(verb string, args *skel.CmdArgs, fn verbFunc) error {
 	start := time.Now()
-	cfg, err := parseConfig(args.StdinData)
+	parse := parseConfig
+	if verb == "DEL" {
+		// DEL frees even when the entry has a key we do not know (a typo
+		// added while pods run): failing would leak their addresses.
+		parse = decodeConfig
+	}
+	cfg, err := parse(args.StdinData)
 	if err != nil {
 		return toCNIError(err)
 	}
 	logger := newLogger(cfg.LogFile, cfg.LogLevel)
+	if verb == "DEL" {
+		if kerr := checkKeys(args.StdinData); kerr != nil {
+			logger.Warn(verb, "containerID", args.ContainerID, "warning", kerr.Error())
+		}
+	}
 	var attrs []any
 	p, err := newPlugin(cfg)
 	if err == nil {

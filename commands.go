@@ -132,7 +132,9 @@ func cmdList(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	st, counts, err := p.mgr.Snapshot(context.Background())
+	// Without the lock: a read-only command must not create state.lock (or
+	// the state directory) on a node that never ran the plugin.
+	st, counts, err := p.mgr.Peek()
 	if err != nil {
 		return fmt.Errorf("list: %w", err)
 	}
@@ -171,20 +173,67 @@ func shortContainerID(id string) string {
 	return id
 }
 
+// statusReport is the JSON form of `eni-cni status --json`.
+type statusReport struct {
+	Ready    bool          `json:"ready"`
+	Network  string        `json:"network,omitempty"`
+	Config   string        `json:"config,omitempty"`
+	Source   string        `json:"source,omitempty"`
+	StateDir string        `json:"stateDir,omitempty"`
+	Pool     *alloc.Counts `json:"pool,omitempty"`
+	Error    string        `json:"error,omitempty"`
+}
+
 func cmdStatusCLI(args []string, stdout, stderr io.Writer) error {
 	f := newFlags("status", stderr)
+	asJSON := f.fs.Bool("json", false, "print JSON (also when not ready; the exit code still says)")
 	if err := f.parse(args); err != nil {
 		return err
 	}
-	p, path, err := f.load()
-	if err != nil {
-		return fmt.Errorf("%w: %w", errNotReady, err)
+	r, err := statusOf(f)
+	if *asJSON {
+		if jerr := printJSON(stdout, r); jerr != nil {
+			return jerr
+		}
+		if err != nil {
+			return errReported{err}
+		}
+		return nil
 	}
-	c, err := p.status(context.Background())
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "ready: network %q (%s), pool %s: %d addresses, %d free, %d allocated; state in %s\n",
-		p.cfg.Network, path, p.cfg.Source, c.Total, c.Free, c.Allocated, p.cfg.StateDir)
+		r.Network, r.Config, r.Source, r.Pool.Total, r.Pool.Free, r.Pool.Allocated, r.StateDir)
 	return nil
 }
+
+func statusOf(f *commonFlags) (statusReport, error) {
+	p, path, err := f.load()
+	r := statusReport{Config: path}
+	if err != nil {
+		err = fmt.Errorf("%w: %w", errNotReady, err)
+		r.Error = err.Error()
+		return r, err
+	}
+	r.Network, r.Source, r.StateDir = p.cfg.Network, p.cfg.Source, p.cfg.StateDir
+	c, err := p.status(context.Background())
+	if err != nil {
+		r.Error = err.Error()
+		return r, err
+	}
+	r.Ready, r.Pool = true, &c
+	return r, nil
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// errReported is a failure whose details the command already printed (as
+// JSON on stdout): exit non-zero, with the reason once more on stderr.
+type errReported struct{ error }
+
+func (e errReported) Unwrap() error { return e.error }

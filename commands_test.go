@@ -77,6 +77,8 @@ func TestStatusCommand(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "ready") {
 		t.Fatalf("exit %d: %s %s", code, out, errs)
 	}
+	// status is read-only: it left no state directory behind to write into.
+	os.MkdirAll(stateDir, 0o700)
 	os.WriteFile(filepath.Join(stateDir, alloc.StateFileName), []byte("{broken"), 0o600)
 	code, _, errs = run("status", "--conf-dir", confDir)
 	if code == 0 || !strings.Contains(errs, "cannot serve ADD") || !strings.Contains(errs, alloc.StateFileName) || strings.Count(errs, "\n") != 1 {
@@ -99,5 +101,21 @@ func TestCommandUsage(t *testing.T) {
 	}
 	if code, _, errs := run("list", "--conf-dir", t.TempDir()); code != 1 || !strings.Contains(errs, "no config") {
 		t.Errorf("no config: %d %q", code, errs)
+	}
+}
+
+func TestStatusJSON(t *testing.T) {
+	confDir, stateDir := writeConflist(t)
+	code, out, errs := run("status", "--conf-dir", confDir, "--json")
+	var r statusReport
+	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil || !r.Ready || r.Pool == nil || r.Pool.Total != 6 || r.Network != "pods" {
+		t.Fatalf("exit %d, %v: %s %s", code, err, out, errs)
+	}
+	os.MkdirAll(stateDir, 0o700)
+	os.WriteFile(filepath.Join(stateDir, alloc.StateFileName), []byte("{broken"), 0o600)
+	code, out, _ = run("status", "--conf-dir", confDir, "--json")
+	r = statusReport{}
+	if err := json.Unmarshal([]byte(out), &r); code == 0 || err != nil || r.Ready || !strings.Contains(r.Error, "cannot serve ADD") {
+		t.Errorf("corrupt store: exit %d, %v: %s", code, err, out)
 	}
 }

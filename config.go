@@ -102,8 +102,22 @@ type config struct {
 	SNAT         bool
 }
 
-// parseConfig decodes and validates the plugin's configuration.
+// parseConfig decodes and validates the plugin's configuration, refusing
+// keys it does not know.
 func parseConfig(data []byte) (*config, error) {
+	c, err := decodeConfig(data)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkKeys(data); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// decodeConfig is parseConfig without the unknown-key check, for DEL: an
+// address must be freed even after a typo crept into the file.
+func decodeConfig(data []byte) (*config, error) {
 	var nc netConf
 	if err := json.Unmarshal(data, &nc); err != nil {
 		return nil, fmt.Errorf("%w: %v", errDecode, err)

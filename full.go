@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -47,12 +48,21 @@ func runFull(cmd string, args []string, stdout, stderr io.Writer) error {
 // the pool is empty.
 func imdsRefresh(ctx context.Context, cfg *config, mgr *alloc.Manager) (int, error) {
 	_, added, err := ec2.Refresh(ctx, mgr, ec2.NewQuickMetadataClient(cfg.IMDSEndpoint), time.Now())
-	return added, err
+	return added, ec2.ExplainIMDS(err, cfg.IMDSEndpoint)
 }
 
 // imdsCheck reports whether IMDS can be read (STATUS on an empty pool).
 func imdsCheck(ctx context.Context, cfg *config) error {
 	_, err := ec2.Discover(ctx, ec2.NewQuickMetadataClient(cfg.IMDSEndpoint))
+	return ec2.ExplainIMDS(err, cfg.IMDSEndpoint)
+}
+
+// explainIMDS adds the likely causes to an error from reading IMDS, and
+// leaves other errors (EC2, the store) as they are.
+func explainIMDS(err error, cfg *config) error {
+	if errors.Is(err, ec2.ErrIMDS) {
+		return ec2.ExplainIMDS(err, cfg.IMDSEndpoint)
+	}
 	return err
 }
 
@@ -173,6 +183,9 @@ func cmdWarmCLI(args []string, stdout, stderr io.Writer) error {
 	}
 	// One pass at a time per node: cron may start a pass while a slow one
 	// still runs, and two passes would both fill the same shortfall.
+	if err := os.MkdirAll(p.cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("warm: create state directory: %w", err)
+	}
 	busy := flock.New(filepath.Join(p.cfg.StateDir, "warm.lock"), flock.SetPermissions(0o600))
 	if ok, err := busy.TryLock(); err != nil {
 		return fmt.Errorf("warm: lock %s: %w", busy.Path(), err)
@@ -187,11 +200,11 @@ func cmdWarmCLI(args []string, stdout, stderr io.Writer) error {
 	w := &ec2.Warmer{Mgr: p.mgr, MD: md, Host: eniHost{mtu: p.cfg.MTU}, Cfg: p.cfg.Warm, Out: stdout}
 	region, err := regionOf(ctx, p.mgr, md, stdout)
 	if err != nil {
-		return fmt.Errorf("warm: %w", err)
+		return fmt.Errorf("warm: %w", explainIMDS(err, p.cfg))
 	}
 	w.API = ec2.NewAPI(p.cfg.EC2Endpoint, region, md)
 	if err := w.Run(ctx); err != nil {
-		return fmt.Errorf("warm: %w", err)
+		return fmt.Errorf("warm: %w", explainIMDS(err, p.cfg))
 	}
 	if p.cfg.SNAT {
 		return ensureSNAT(ctx, p.mgr, stdout)

@@ -288,6 +288,20 @@ func (m *Manager) Snapshot(ctx context.Context) (st *State, c Counts, err error)
 	return st, c, err
 }
 
+// Peek reads the state without the lock and without writing anything, for
+// read-only commands: saves replace the file by rename, so a read sees one
+// whole state. What the next locked call would change (allocations of a
+// previous boot, expired cooling) is applied to the copy returned only.
+func (m *Manager) Peek() (*State, Counts, error) {
+	st, err := m.Store.Load()
+	if err != nil {
+		return nil, Counts{}, err
+	}
+	m.newBoot(st)
+	m.pruneCooling(st)
+	return st, m.Counts(st), nil
+}
+
 // Counts summarises st against the pool.
 func (m *Manager) Counts(st *State) Counts {
 	c := Counts{Total: m.Pool.Size(st)}

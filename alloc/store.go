@@ -51,16 +51,19 @@ type DiskStore struct {
 	held *flock.Flock
 }
 
-// NewDiskStore returns a store in dir, creating dir (mode 0700) if needed.
+// NewDiskStore returns a store in dir. The directory (mode 0700) is
+// created by the first Lock, not here: read-only commands (list, status,
+// doctor) load without the lock and must leave a node that never ran the
+// plugin as they found it.
 func NewDiskStore(dir string) (*DiskStore, error) {
 	if dir == "" {
 		return nil, errors.New("state directory is empty")
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("create state directory: %w", err)
-	}
 	return &DiskStore{dir: dir}, nil
 }
+
+// Dir is the state directory.
+func (d *DiskStore) Dir() string { return d.dir }
 
 // Path is the state file's path, for messages.
 func (d *DiskStore) Path() string { return filepath.Join(d.dir, StateFileName) }
@@ -77,7 +80,16 @@ func (d *DiskStore) Lock(ctx context.Context) error {
 		return fmt.Errorf("lock %s: already held by this store", d.lockPath())
 	}
 	fl := flock.New(d.lockPath(), flock.SetPermissions(0o600))
-	if ok, err := fl.TryLock(); err != nil {
+	ok, err := fl.TryLock()
+	if errors.Is(err, fs.ErrNotExist) {
+		// The first writer on this node creates the directory; checking
+		// only on failure keeps a stat off every ADD.
+		if err := os.MkdirAll(d.dir, 0o700); err != nil {
+			return fmt.Errorf("create state directory: %w", err)
+		}
+		ok, err = fl.TryLock()
+	}
+	if err != nil {
 		return fmt.Errorf("lock %s: %w", d.lockPath(), err)
 	} else if ok {
 		d.held = fl
