@@ -21,8 +21,11 @@ commands:
   list   [--config F] [--json]    allocations and pool counts
   status [--config F]             whether the plugin can serve ADD
   warm   [--config F]             one pass of EC2 top-up/trim of the pool, then exit
-  gc     [--config F] [--cri-endpoint unix:///...] [--grace D] [--dry-run] [--force]
+  gc     [--config F] [--cri-endpoint unix:///...] [--grace D] [--dry-run] [--force] [--json]
                                   free addresses of sandboxes the CRI runtime no longer lists
+  doctor [--config F] [--json]    check the node for what breaks pod networking; exit 1 on a problem
+  max-pods [--instance-type T] [--config F] [--json] [--show-max-allowed]
+                                  kubelet maxPods for this node (or T), as the AWS VPC CNI's calculator
 
 With CNI_COMMAND set, eni-cni runs as a CNI plugin instead.
 --config defaults to the first conflist in /etc/cni/net.d with an eni-cni plugin.
@@ -62,7 +65,7 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 		return cmdList(rest, stdout, stderr)
 	case "status":
 		return cmdStatusCLI(rest, stdout, stderr)
-	case "gc", "warm", "internal":
+	case "gc", "warm", "internal", "max-pods", "doctor":
 		// These link the CRI client and the AWS SDK; see full.go.
 		return runFull(cmd, rest, stdout, stderr)
 	case "help", "-h", "--help":

@@ -40,6 +40,8 @@ func runFull(cmd string, args []string, stdout, stderr io.Writer) error {
 		return cmdWarmCLI(args, stdout, stderr)
 	case "internal":
 		return cmdInternal(args, os.Stdin, stdout)
+	case "max-pods":
+		return cmdMaxPodsCLI(args, stdout, stderr)
 	}
 	return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
 }

@@ -15,7 +15,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
-	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/smithy-go"
 
 	"github.com/eni-cni/eni-cni/alloc"
@@ -205,19 +204,9 @@ func (w *Warmer) fetchLimits(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	out, err := w.API.DescribeInstanceTypes(ctx, &ec2.DescribeInstanceTypesInput{
-		InstanceTypes: []types.InstanceType{types.InstanceType(v.src.InstanceType)},
-	})
+	lim, err := DescribeLimits(ctx, w.API, v.src.InstanceType)
 	if err != nil {
-		return fmt.Errorf("describe instance type %s: %w", v.src.InstanceType, err)
-	}
-	if len(out.InstanceTypes) != 1 || out.InstanceTypes[0].NetworkInfo == nil {
-		return fmt.Errorf("describe instance type %s: no network info in the reply", v.src.InstanceType)
-	}
-	ni := out.InstanceTypes[0].NetworkInfo
-	lim := &pool.Limits{MaxENIs: int(aws.ToInt32(ni.MaximumNetworkInterfaces)), IPv4PerENI: int(aws.ToInt32(ni.Ipv4AddressesPerInterface))}
-	if lim.MaxENIs < 1 || lim.IPv4PerENI < 2 {
-		return fmt.Errorf("describe instance type %s: implausible limits %+v", v.src.InstanceType, *lim)
+		return err
 	}
 	w.say("limits of %s: %d ENIs, %d IPv4 addresses each", v.src.InstanceType, lim.MaxENIs, lim.IPv4PerENI)
 	return w.update(ctx, func(_ *alloc.State, src *pool.EC2) error {

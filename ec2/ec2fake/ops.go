@@ -209,7 +209,7 @@ func (s *Server) attachLocked(e *eni, instanceID string, device int, deleteOnTer
 				"Instance '%s' already has an interface attached at device index '%d'.", instanceID, device)
 		}
 	}
-	if len(attached) >= s.limits.MaxENIs {
+	if len(attached) >= s.limits.cardENIs() {
 		return nil, apiErr("AttachmentLimitExceeded", "Interface count %d exceeds the limit for %s",
 			len(attached)+1, s.cfg.InstanceType)
 	}

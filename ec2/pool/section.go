@@ -61,6 +61,9 @@ type Limits struct {
 	// Cards are the ENI limits per network card of types with several;
 	// empty means one card with MaxENIs.
 	Cards []CardLimit `json:"cards,omitempty"`
+	// VCPUs is the type's default vCPU count, which sets the maxPods cap
+	// (MaxPods); 0 in stores written before it was recorded.
+	VCPUs int `json:"vcpus,omitempty"`
 }
 
 // CardLimit is one network card's ENI limit.
