@@ -115,7 +115,9 @@ func cmdMaxPodsCLI(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	d := maxPodsDeps{md: ec2.NewMetadataClient(cfg.IMDSEndpoint)}
-	d.newAPI = func(region string) ec2.TypesAPI { return ec2.NewAPI(cfg.EC2Endpoint, region, ec2.NewMetadataClient(cfg.IMDSEndpoint)) }
+	d.newAPI = func(region string) ec2.TypesAPI {
+		return ec2.NewAPI(cfg.EC2Endpoint, region, ec2.NewMetadataClient(cfg.IMDSEndpoint))
+	}
 	if cfg.StateDir != "" {
 		if d.store, err = alloc.NewDiskStore(cfg.StateDir); err != nil {
 			return err
@@ -159,4 +161,3 @@ func optionalConfig(f *commonFlags) (*config, error) {
 	}
 	return cfg, nil
 }
-

@@ -191,7 +191,7 @@ func xmlInstanceTypeInfo(name string, l Limits) xmlInstanceType {
 		InstanceType: name, CurrentGeneration: true, Hypervisor: "nitro", VCpuInfo: vcpu,
 		NetworkInfo: xmlNetworkInfo{
 			NetworkPerformance: perf, MaximumNetworkInterfaces: l.MaxENIs, MaximumNetworkCards: len(cards),
-			NetworkCards: set[xmlNetworkCard]{Items: cards},
+			NetworkCards:              set[xmlNetworkCard]{Items: cards},
 			IPv4AddressesPerInterface: l.IPv4PerENI, IPv6AddressesPerInterface: l.IPv4PerENI,
 			IPv6Supported: true, EnaSupport: "required",
 		},
