@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/gc"
+	"github.com/eni-cni/eni-cni/metrics"
 	"github.com/eni-cni/eni-cni/netsetup"
 )
 
@@ -85,8 +87,10 @@ func runVerb(verb string, args *skel.CmdArgs, fn verbFunc) error {
 	} else if verb == "STATUS" {
 		err = fmt.Errorf("%w: %w", errNotReady, err)
 	}
+	took := time.Since(start)
+	recordVerb(cfg, verb, err == nil, took)
 	base := []any{"network", cfg.Network, "containerID", args.ContainerID, "ifname", args.IfName,
-		"ms", float64(time.Since(start).Microseconds()) / 1000}
+		"ms", float64(took.Microseconds()) / 1000}
 	if err != nil {
 		logger.Error(verb, append(append(base, attrs...), "err", err)...)
 		return toCNIError(err)
@@ -179,7 +183,13 @@ func cmdGC(args *skel.CmdArgs) error {
 			return nil, fmt.Errorf("%w: %v", errDecode, err)
 		}
 		live := gc.FromValidAttachments(p.cfg.Network, valid)
+		start := time.Now()
 		c, err := p.collect(ctx, live, gc.Options{Grace: p.cfg.GCGrace}, false, hostNetwork{p.cfg.VethPrefix})
+		u := metrics.RunUpdate{Job: "gc-verb", Start: start, Duration: time.Since(start), Err: err}
+		if c != nil {
+			u.Freed, u.Leftovers = len(c.Freed), c.Leftovers.Len()
+		}
+		p.recordJob(u, io.Discard)
 		if err != nil {
 			return nil, err
 		}

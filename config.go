@@ -55,6 +55,9 @@ type netConf struct {
 	SNAT               bool     `json:"snat"`
 	LogFile            string   `json:"logFile"`
 	LogLevel           string   `json:"logLevel"`
+	LogMaxSizeMB       *float64 `json:"logMaxSizeMB"`
+	LogMaxFiles        *int     `json:"logMaxFiles"`
+	MetricsFile        string   `json:"metricsFile"`
 	HostVethPrefix     *string  `json:"hostVethPrefix"`
 	IMDSEndpoint       string   `json:"imdsEndpoint"`
 	EC2Endpoint        string   `json:"ec2Endpoint"`
@@ -95,6 +98,11 @@ type config struct {
 	VethPrefix  string
 	LogFile     string
 	LogLevel    string
+	LogMaxSize  int64 // bytes; 0: no rotation
+	LogMaxFiles int   // rotated files kept
+	// MetricsFile is the node_exporter textfile ("" when off); see
+	// metricsPath for the default.
+	MetricsFile string
 	// ec2 source
 	Warm         pool.WarmConfig
 	IMDSEndpoint string
@@ -166,10 +174,65 @@ func decodeConfig(data []byte) (*config, error) {
 	default:
 		return nil, fmt.Errorf("%w: logLevel %q is not one of debug, info, warn, error", errInvalidConfig, c.LogLevel)
 	}
+	if err := c.parseLogAndMetrics(&nc); err != nil {
+		return nil, err
+	}
 	if err := c.parsePool(); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// Defaults of log rotation and metrics.
+const (
+	defaultLogMaxSizeMB = 10
+	defaultLogMaxFiles  = 3
+	// defaultTextfileDir is node_exporter's usual textfile-collector
+	// directory; metrics go there by default only if it exists.
+	defaultTextfileDir = "/var/lib/node_exporter/textfile_collector"
+	metricsOff         = "off"
+)
+
+func (c *config) parseLogAndMetrics(nc *netConf) error {
+	size := float64(defaultLogMaxSizeMB)
+	if nc.LogMaxSizeMB != nil {
+		size = *nc.LogMaxSizeMB
+	}
+	if size < 0 || size > 1<<20 {
+		return fmt.Errorf("%w: logMaxSizeMB %v is out of range (0 turns rotation off)", errInvalidConfig, size)
+	}
+	c.LogMaxSize = int64(size * (1 << 20))
+	c.LogMaxFiles = defaultLogMaxFiles
+	if nc.LogMaxFiles != nil {
+		c.LogMaxFiles = *nc.LogMaxFiles
+	}
+	if c.LogMaxFiles < 1 || c.LogMaxFiles > 100 {
+		return fmt.Errorf("%w: logMaxFiles %d must be 1-100", errInvalidConfig, c.LogMaxFiles)
+	}
+	if c.LogFile != "" && !filepath.IsAbs(c.LogFile) {
+		return fmt.Errorf("%w: logFile %q is not an absolute path", errInvalidConfig, c.LogFile)
+	}
+	c.MetricsFile = nc.MetricsFile
+	if c.MetricsFile != "" && c.MetricsFile != metricsOff && !filepath.IsAbs(c.MetricsFile) {
+		return fmt.Errorf("%w: metricsFile %q is not an absolute path (or %q)", errInvalidConfig, c.MetricsFile, metricsOff)
+	}
+	return nil
+}
+
+// metricsPath is where metrics are written: metricsFile, or else
+// eni-cni.prom in node_exporter's textfile directory when that exists; ""
+// when metrics are off.
+func (c *config) metricsPath() string {
+	switch c.MetricsFile {
+	case metricsOff:
+		return ""
+	case "":
+		if fi, err := os.Stat(defaultTextfileDir); err == nil && fi.IsDir() {
+			return filepath.Join(defaultTextfileDir, "eni-cni.prom")
+		}
+		return ""
+	}
+	return c.MetricsFile
 }
 
 func (c *config) parsePool() error {

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/gofrs/flock"
@@ -20,6 +22,7 @@ import (
 	"github.com/eni-cni/eni-cni/ec2/pool"
 	"github.com/eni-cni/eni-cni/gc"
 	"github.com/eni-cni/eni-cni/gc/cri"
+	"github.com/eni-cni/eni-cni/metrics"
 	"github.com/eni-cni/eni-cni/netsetup"
 	"github.com/eni-cni/eni-cni/netsetup/snat"
 )
@@ -119,6 +122,7 @@ func cmdGCCLI(args []string, stdout, stderr io.Writer) error {
 	dryRun := f.fs.Bool("dry-run", false, "print what would be freed and change nothing")
 	force := f.fs.Bool("force", false, "free old allocations even when the runtime lists no sandbox at all")
 	timeout := f.fs.Duration("timeout", cri.DefaultTimeout, "timeout of each CRI call")
+	asJSON := f.fs.Bool("json", false, "print the outcome as JSON")
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -135,20 +139,45 @@ func cmdGCCLI(args []string, stdout, stderr io.Writer) error {
 			opts.Grace = *grace
 		}
 	})
-	ctx := context.Background()
-	live, err := listRuntime(ctx, *endpoint, *timeout)
-	if err != nil {
-		return err
+	start := time.Now()
+	c, err := runGC(context.Background(), p, *endpoint, *timeout, opts, *dryRun)
+	if !*dryRun {
+		u := metrics.RunUpdate{Job: "gc", Start: start, Duration: time.Since(start), Err: err}
+		if c != nil {
+			u.Freed, u.Leftovers = len(c.Freed), c.Leftovers.Len()
+		}
+		p.recordJob(u, stderr)
 	}
-	c, err := p.collect(ctx, live, opts, *dryRun, hostNetwork{p.cfg.VethPrefix})
+	if *asJSON {
+		if jerr := printJSON(stdout, gcReportOf(c, err, *dryRun)); jerr != nil {
+			return jerr
+		}
+		if err != nil {
+			return errReported{err}
+		}
+		return nil
+	}
 	if c == nil {
 		return err
 	}
-	rerr := c.report(stdout, *dryRun)
+	return c.reportErr(stdout, *dryRun, err)
+}
+
+// runGC lists the runtime's sandboxes and collects. c is nil when nothing
+// was planned; err includes the per-item errors.
+func runGC(ctx context.Context, p *plugin, endpoint string, timeout time.Duration, opts gc.Options, dryRun bool) (*collection, error) {
+	live, err := listRuntime(ctx, endpoint, timeout)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return rerr
+	c, err := p.collect(ctx, live, opts, dryRun, hostNetwork{p.cfg.VethPrefix})
+	if c == nil || err != nil {
+		return c, err
+	}
+	if len(c.Errors) > 0 {
+		return c, fmt.Errorf("gc: %d errors: %w", len(c.Errors), errors.Join(c.Errors...))
+	}
+	return c, nil
 }
 
 // listRuntime asks the CRI runtime which sandboxes exist. It runs before
@@ -172,6 +201,7 @@ const warmTimeout = 5 * time.Minute
 
 func cmdWarmCLI(args []string, stdout, stderr io.Writer) error {
 	f := newFlags("warm", stderr)
+	asJSON := f.fs.Bool("json", false, "print the outcome as JSON (the actions, the pool, the error)")
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -179,21 +209,77 @@ func cmdWarmCLI(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	out := stdout
+	var lines bytes.Buffer
+	if *asJSON {
+		out = &lines
+	}
+	start := time.Now()
+	calls := ec2.NewCallCounter()
+	ran, err := warmPass(p, out, calls)
+	if ran {
+		u := metrics.RunUpdate{Job: "warm", Start: start, Duration: time.Since(start), Err: err, EC2: map[string]metrics.APICalls{}}
+		n, e := calls.Counts()
+		for api, c := range n {
+			u.EC2[api] = metrics.APICalls{Calls: c, Errors: e[api]}
+		}
+		p.recordJob(u, stderr)
+	}
+	if !*asJSON {
+		return err
+	}
+	r := warmReport{OK: err == nil, Actions: nonEmptyLines(lines.String())}
+	if err != nil {
+		r.Error = err.Error()
+	}
+	if _, c, perr := p.mgr.Peek(); perr == nil {
+		r.Pool = &c
+	}
+	if jerr := printJSON(stdout, r); jerr != nil {
+		return jerr
+	}
+	if err != nil {
+		return errReported{err}
+	}
+	return nil
+}
+
+// warmReport is what `eni-cni warm --json` prints.
+type warmReport struct {
+	OK      bool          `json:"ok"`
+	Actions []string      `json:"actions"`
+	Pool    *alloc.Counts `json:"pool,omitempty"`
+	Error   string        `json:"error,omitempty"`
+}
+
+func nonEmptyLines(s string) []string {
+	out := []string{}
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// warmPass runs one warm pass; ran is false when there was nothing to run
+// (a static pool, another pass running).
+func warmPass(p *plugin, stdout io.Writer, calls *ec2.CallCounter) (ran bool, err error) {
 	if p.cfg.Source != sourceEC2 {
 		fmt.Fprintf(stdout, "warm: network %q uses a %s pool; nothing to do\n", p.cfg.Network, p.cfg.Source)
-		return nil
+		return false, nil
+	}
+	if err := os.MkdirAll(p.cfg.StateDir, 0o700); err != nil {
+		return false, fmt.Errorf("warm: create state directory: %w", err)
 	}
 	// One pass at a time per node: cron may start a pass while a slow one
 	// still runs, and two passes would both fill the same shortfall.
-	if err := os.MkdirAll(p.cfg.StateDir, 0o700); err != nil {
-		return fmt.Errorf("warm: create state directory: %w", err)
-	}
 	busy := flock.New(filepath.Join(p.cfg.StateDir, "warm.lock"), flock.SetPermissions(0o600))
 	if ok, err := busy.TryLock(); err != nil {
-		return fmt.Errorf("warm: lock %s: %w", busy.Path(), err)
+		return false, fmt.Errorf("warm: lock %s: %w", busy.Path(), err)
 	} else if !ok {
 		fmt.Fprintf(stdout, "warm: another pass is running (%s); skipped\n", busy.Path())
-		return nil
+		return false, nil
 	}
 	defer busy.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
@@ -202,16 +288,16 @@ func cmdWarmCLI(args []string, stdout, stderr io.Writer) error {
 	w := &ec2.Warmer{Mgr: p.mgr, MD: md, Host: eniHost{mtu: p.cfg.MTU}, Cfg: p.cfg.Warm, Out: stdout}
 	region, err := regionOf(ctx, p.mgr, md, stdout)
 	if err != nil {
-		return fmt.Errorf("warm: %w", explainIMDS(err, p.cfg))
+		return true, fmt.Errorf("warm: %w", explainIMDS(err, p.cfg))
 	}
-	w.API = ec2.NewAPI(p.cfg.EC2Endpoint, region, md)
+	w.API = ec2.NewAPI(p.cfg.EC2Endpoint, region, md, calls.Option())
 	if err := w.Run(ctx); err != nil {
-		return fmt.Errorf("warm: %w", explainIMDS(err, p.cfg))
+		return true, fmt.Errorf("warm: %w", explainIMDS(err, p.cfg))
 	}
 	if p.cfg.SNAT {
-		return ensureSNAT(ctx, p.mgr, stdout)
+		return true, ensureSNAT(ctx, p.mgr, stdout)
 	}
-	return nil
+	return true, nil
 }
 
 // ensureSNAT keeps the node's SNAT rules for pod traffic leaving the VPC in
