@@ -229,4 +229,3 @@ func TestMetricsOffWritesNothing(t *testing.T) {
 		t.Error("relative metricsFile accepted")
 	}
 }
-
