@@ -19,6 +19,7 @@ import (
 
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/gc"
+	"github.com/eni-cni/eni-cni/logfile"
 	"github.com/eni-cni/eni-cni/metrics"
 	"github.com/eni-cni/eni-cni/netsetup"
 )
@@ -74,7 +75,7 @@ func runVerb(verb string, args *skel.CmdArgs, fn verbFunc) error {
 	if err != nil {
 		return toCNIError(err)
 	}
-	logger := newLogger(cfg.LogFile, cfg.LogLevel)
+	logger := newLogger(cfg)
 	if verb == "DEL" {
 		if kerr := checkKeys(args.StdinData); kerr != nil {
 			logger.Warn(verb, "containerID", args.ContainerID, "warning", kerr.Error())
@@ -296,16 +297,16 @@ func toCNIError(err error) *types.Error {
 	return types.NewError(code, err.Error(), "")
 }
 
-// newLogger logs to the configured file, or to stderr (which runtimes
-// capture) when none is set or it cannot be opened. Stdout is reserved for
-// CNI results.
-func newLogger(path, level string) *slog.Logger {
+// newLogger logs to the configured file (size-capped, rotated), or to
+// stderr (which runtimes capture) when none is set or it cannot be opened.
+// Stdout is reserved for CNI results.
+func newLogger(cfg *config) *slog.Logger {
 	var lv slog.Level
-	_ = lv.UnmarshalText([]byte(strings.ToUpper(defaultString(level, "info"))))
-	out := os.Stderr
-	if path != "" {
-		if f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
-			out = f
+	_ = lv.UnmarshalText([]byte(strings.ToUpper(defaultString(cfg.LogLevel, "info"))))
+	var out io.Writer = os.Stderr
+	if cfg.LogFile != "" {
+		if w, err := logfile.Open(cfg.LogFile, cfg.LogMaxSize, cfg.LogMaxFiles); err == nil {
+			out = w
 		}
 	}
 	return slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: lv}))

@@ -153,20 +153,33 @@ func cmdList(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// printListing prints the allocations as an aligned table, by address,
+// and the pool summary.
 func printListing(w io.Writer, l listing, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NETWORK\tCONTAINER\tIFNAME\tIP\tPOD\tHOST VETH\tENI\tAGE")
+	fmt.Fprintln(tw, "POD\tNAMESPACE\tIP\tENI\tAGE\tCONTAINER\tIFNAME\tHOST VETH")
 	for _, a := range l.Allocations {
-		pod := a.PodNamespace + "/" + a.PodName
-		if a.PodName == "" {
-			pod = "-"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Network, shortContainerID(a.ContainerID), a.IfName,
-			a.IP, pod, a.HostVeth, defaultString(a.ENI, "-"), now.Sub(a.AllocatedAt).Round(time.Second))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", defaultString(a.PodName, "-"), defaultString(a.PodNamespace, "-"),
+			a.IP, defaultString(a.ENI, "-"), humanAge(now.Sub(a.AllocatedAt)), shortContainerID(a.ContainerID), a.IfName, a.HostVeth)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "pool: total %d, free %d, cooling %d, allocated %d (state %s)\n",
-		l.Pool.Total, l.Pool.Free, l.Pool.Cooling, l.Pool.Allocated, l.StateFile)
+	fmt.Fprintf(w, "\nnetwork %q: %d allocations; pool: total %d, free %d, cooling %d, allocated %d (state %s)\n",
+		l.Network, len(l.Allocations), l.Pool.Total, l.Pool.Free, l.Pool.Cooling, l.Pool.Allocated, l.StateFile)
+}
+
+// humanAge is a duration as kubectl shows ages: two units at most.
+func humanAge(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
 }
 
 func shortContainerID(id string) string {
