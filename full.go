@@ -45,6 +45,8 @@ func runFull(cmd string, args []string, stdout, stderr io.Writer) error {
 		return cmdInternal(args, os.Stdin, stdout)
 	case "max-pods":
 		return cmdMaxPodsCLI(args, stdout, stderr)
+	case "doctor":
+		return cmdDoctorCLI(args, stdout, stderr)
 	}
 	return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
 }
