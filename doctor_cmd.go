@@ -95,4 +95,3 @@ func doctorEnv(p *plugin, root, proc, criEndpoint string) *doctor.Env {
 	}
 	return e
 }
-

@@ -337,4 +337,3 @@ func checkMaxPods(e *Env, src *pool.SourceState) Result {
 	}
 	return ok(name, "kubelet allows %d pods (%s), within %d (%s)", maxPods, where, capacity, basis)
 }
-
