@@ -1,0 +1,5 @@
+//go:build !lean
+
+package main
+
+const leanBuild = false
