@@ -192,7 +192,7 @@ func TestWarmWritesMetricsFile(t *testing.T) {
 	cfg, _ := parseConfig(conf)
 	p, _ := newPlugin(cfg)
 	p.mgr.Update(context.Background(), func(st *alloc.State) (bool, error) {
-		for _, a := range st.Pool {
+		for _, a := range st.EC2.Addrs {
 			st.Allocations = append(st.Allocations, alloc.Allocation{Key: alloc.Key{Network: "pods", ContainerID: "c" + a.IP.String(), IfName: "eth0"}, IP: a.IP, ENI: a.ENI, AllocatedAt: time.Now()})
 		}
 		return true, nil

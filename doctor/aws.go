@@ -239,7 +239,7 @@ func judge(err error) (verdict, string) {
 }
 
 // checkPermissions probes every EC2 action eni-cni uses.
-func checkPermissions(ctx context.Context, e *Env, src *pool.SourceState, info *instanceInfo) Result {
+func checkPermissions(ctx context.Context, e *Env, src *pool.EC2, info *instanceInfo) Result {
 	const name = "ec2-permissions"
 	if e.Source != "ec2" {
 		return skip(name, "the %s pool makes no EC2 calls", e.Source)

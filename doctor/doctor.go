@@ -168,7 +168,7 @@ func Print(w io.Writer, rs []Result) {
 }
 
 // loadStore reads the state without the lock (doctor writes nothing).
-func (e *Env) loadStore() (*alloc.State, *pool.SourceState, Result) {
+func (e *Env) loadStore() (*alloc.State, *pool.EC2, Result) {
 	const name = "store"
 	if e.Store == nil {
 		return nil, nil, skip(name, "no store configured")
@@ -178,10 +178,7 @@ func (e *Env) loadStore() (*alloc.State, *pool.SourceState, Result) {
 		return nil, nil, fail(name, "inspect it with `jq . "+filepath.Join(e.StateDir, alloc.StateFileName)+
 			"`; move it aside only after checking which pods still run (eni-cni never resets it)", "%v", err)
 	}
-	src, err := pool.LoadSource(st)
-	if err != nil {
-		return st, nil, fail(name, "", "%v", err)
-	}
+	src := st.EC2
 	if _, err := os.Stat(filepath.Join(e.StateDir, alloc.StateFileName)); err != nil {
 		return st, src, ok(name, "no state file yet in %s (no pod was added on this node)", e.StateDir)
 	}
@@ -195,14 +192,15 @@ func poolSize(e *Env, st *alloc.State) int {
 	return e.Pool.Size(st)
 }
 
-// secondaryENIs are the store's ENIs other than the primary.
-func secondaryENIs(src *pool.SourceState) []pool.ENIState {
+// secondaryENIs are the store's ENIs other than the primary that eni-cni
+// uses (an ENI tagged no_manage belongs to someone else).
+func secondaryENIs(src *pool.EC2) []pool.ENI {
 	if src == nil {
 		return nil
 	}
-	var out []pool.ENIState
+	var out []pool.ENI
 	for _, eni := range src.ENIs {
-		if eni.DeviceNumber > 0 {
+		if (eni.DeviceNumber > 0 || eni.NetworkCard > 0) && !eni.Unmanaged {
 			out = append(out, eni)
 		}
 	}
@@ -210,7 +208,7 @@ func secondaryENIs(src *pool.SourceState) []pool.ENIState {
 }
 
 // linkNames maps the store's ENI MACs to the node's link names.
-func (e *Env) linkNames(src *pool.SourceState) (byMAC map[string]string, primary string) {
+func (e *Env) linkNames(src *pool.EC2) (byMAC map[string]string, primary string) {
 	byMAC = map[string]string{}
 	if e.Links == nil || src == nil {
 		return byMAC, ""

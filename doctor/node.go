@@ -38,7 +38,7 @@ func checkIPForward(e *Env) Result {
 // while the main table routes their source elsewhere; strict reverse-path
 // filtering (1) drops them. The kernel uses the larger of "all" and the
 // link's own value.
-func checkRPFilter(e *Env, src *pool.SourceState) Result {
+func checkRPFilter(e *Env, src *pool.EC2) Result {
 	const name = "rp_filter"
 	enis := secondaryENIs(src)
 	if len(enis) == 0 {
@@ -309,7 +309,7 @@ func (e *Env) kubeletMaxPods() (int, string, bool) {
 	return 110, configPath + " (kubelet's default)", true
 }
 
-func checkMaxPods(e *Env, src *pool.SourceState) Result {
+func checkMaxPods(e *Env, src *pool.EC2) Result {
 	const name = "kubelet-maxpods"
 	maxPods, where, found := e.kubeletMaxPods()
 	if !found {
