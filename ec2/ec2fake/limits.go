@@ -11,7 +11,9 @@ type Limits struct {
 	VCPUs int `json:"vcpus,omitempty"`
 	// CardENIs is the ENI limit of the default network card on types with
 	// several cards (p5.48xlarge: 64 in all, 2 on card 0); 0 means MaxENIs.
-	// The fake attaches everything to the default card and enforces it.
+	// AttachNetworkInterface's NetworkCardIndex picks the card; each card
+	// takes CardENIs (the last one the rest), and device indexes count per
+	// card.
 	CardENIs int `json:"cardENIs,omitempty"`
 }
 
@@ -22,6 +24,13 @@ func (l Limits) cardENIs() int {
 	}
 	return l.MaxENIs
 }
+
+// cards is the number of network cards: the default one, and as many more
+// as it takes to hold the rest of MaxENIs at CardENIs each.
+func (l Limits) cards() int { return (l.MaxENIs + l.cardENIs() - 1) / l.cardENIs() }
+
+// perCard is how many ENIs card i takes.
+func (l Limits) perCard(i int) int { return min(l.cardENIs(), l.MaxENIs-i*l.cardENIs()) }
 
 // defaultLimits is a constant table of real EC2 values (DescribeInstanceTypes
 // NetworkInfo as of 2025) for the types tests and demos commonly use.

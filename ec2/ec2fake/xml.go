@@ -111,7 +111,7 @@ func (s *Server) xmlENILocked(e *eni) xmlENI {
 	if a := e.att; a != nil {
 		x.Attachment = &xmlAttachment{
 			AttachmentID: a.id, InstanceID: a.instanceID, InstanceOwnerID: s.cfg.AccountID,
-			DeviceIndex: a.device, Status: "attached", AttachTime: a.at.Format(attachTimeFormat),
+			DeviceIndex: a.device, NetworkCardIndex: a.card, Status: "attached", AttachTime: a.at.Format(attachTimeFormat),
 			DeleteOnTermination: a.deleteOnTermination,
 		}
 	}
