@@ -115,7 +115,8 @@ func newPlugin(cfg *config) (*plugin, error) {
 	}
 	p := &plugin{cfg: cfg, mgr: mgr, wire: kernel{}, source: staticSource{cfg.Pool}}
 	if cfg.Source == sourceEC2 {
-		p.source = ec2Source{cfg: cfg, mgr: mgr}
+		src := ec2Source{cfg: cfg, mgr: mgr}
+		p.source, mgr.Admit = src, src.admit
 	}
 	return p, nil
 }
@@ -287,7 +288,8 @@ func toCNIError(err error) *types.Error {
 		code = types.ErrInvalidNetNS
 	case errors.Is(err, errNotReady):
 		code = types.ErrPluginNotAvailable
-	case errors.Is(err, alloc.ErrLockTimeout), errors.Is(err, alloc.ErrPoolExhausted), errors.Is(err, netsetup.ErrNoLink):
+	case errors.Is(err, alloc.ErrLockTimeout), errors.Is(err, alloc.ErrPoolExhausted), errors.Is(err, netsetup.ErrNoLink),
+		errors.Is(err, errIdentityUnchecked):
 		code = types.ErrTryAgainLater
 	case errors.Is(err, errNoAllocation):
 		code = types.ErrUnknownContainer

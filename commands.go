@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
+	"slices"
 	"sort"
 	"text/tabwriter"
 	"time"
@@ -123,6 +125,31 @@ type listing struct {
 	StateFile   string             `json:"stateFile"`
 	Pool        alloc.Counts       `json:"pool"`
 	Allocations []alloc.Allocation `json:"allocations"`
+	// Lost are allocated addresses EC2 no longer assigns to this instance
+	// (unassigned, or their ENI detached, behind eni-cni's back). Their
+	// pods have no working address; they are never handed out again.
+	Lost []lostAddr `json:"lost,omitempty"`
+}
+
+// lostAddr is a lost address and the attachment holding it.
+type lostAddr struct {
+	IP  netip.Addr `json:"ip"`
+	ENI string     `json:"eni"`
+	Key alloc.Key  `json:"attachment"`
+	Pod string     `json:"pod,omitempty"`
+}
+
+func lostOf(st *alloc.State) []lostAddr {
+	var out []lostAddr
+	for _, l := range st.EC2.Lost() {
+		la := lostAddr{IP: l.IP, ENI: l.ENI}
+		if i := slices.IndexFunc(st.Allocations, func(a alloc.Allocation) bool { return a.IP == l.IP }); i >= 0 {
+			a := st.Allocations[i]
+			la.Key, la.Pod = a.Key, a.PodNamespace+"/"+a.PodName
+		}
+		out = append(out, la)
+	}
+	return out
 }
 
 func cmdList(args []string, stdout, stderr io.Writer) error {
@@ -143,7 +170,7 @@ func cmdList(args []string, stdout, stderr io.Writer) error {
 	}
 	allocs := append([]alloc.Allocation{}, st.Allocations...)
 	sort.Slice(allocs, func(i, j int) bool { return allocs[i].IP.Less(allocs[j].IP) })
-	l := listing{Network: p.cfg.Network, StateFile: p.cfg.StateDir + "/" + alloc.StateFileName, Pool: counts, Allocations: allocs}
+	l := listing{Network: p.cfg.Network, StateFile: p.cfg.StateDir + "/" + alloc.StateFileName, Pool: counts, Allocations: allocs, Lost: lostOf(st)}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -165,6 +192,10 @@ func printListing(w io.Writer, l listing, now time.Time) {
 	tw.Flush()
 	fmt.Fprintf(w, "\nnetwork %q: %d allocations; pool: total %d, free %d, cooling %d, allocated %d (state %s)\n",
 		l.Network, len(l.Allocations), l.Pool.Total, l.Pool.Free, l.Pool.Cooling, l.Pool.Allocated, l.StateFile)
+	for _, x := range l.Lost {
+		fmt.Fprintf(w, "LOST: %s of %s (pod %s) is no longer assigned to this instance by EC2; the pod has no working address, recreate it\n",
+			x.IP, x.Key, defaultString(x.Pod, "-"))
+	}
 }
 
 // humanAge is a duration as kubectl shows ages: two units at most.

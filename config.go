@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -80,6 +81,9 @@ type ec2Conf struct {
 	SubnetID         string            `json:"subnetID"`
 	SecurityGroupIDs []string          `json:"securityGroupIDs"`
 	Tags             map[string]string `json:"tags"`
+	// ExcludeIPs are addresses (or CIDRs) never handed to pods, though
+	// they are on an ENI eni-cni manages: a VIP, an Elastic IP's address.
+	ExcludeIPs []string `json:"excludeIPs"`
 }
 
 // config is the validated, typed form of netConf that the verbs use.
@@ -248,8 +252,11 @@ func (c *config) parsePool() error {
 		c.Pool = ranges
 		return nil
 	case sourceEC2:
-		c.Pool = alloc.StoredPool{}
-		return c.parseEC2()
+		if err := c.parseEC2(); err != nil {
+			return err
+		}
+		c.Pool = alloc.StoredPool{Exclude: c.Warm.ExcludeIPs}
+		return nil
 	default:
 		return fmt.Errorf("%w: unknown pool.source %q (want %q or %q)", errInvalidConfig, c.Source, sourceEC2, sourceStatic)
 	}
@@ -293,6 +300,17 @@ func (c *config) parseEC2() error {
 	if w.Tags == nil {
 		w.Tags = top.Tags
 	}
+	excludes := inPool.ExcludeIPs
+	if excludes == nil {
+		excludes = top.ExcludeIPs
+	}
+	for _, x := range excludes {
+		p, err := parseExclude(x)
+		if err != nil {
+			return fmt.Errorf("%w: excludeIPs entry %q: %v", errInvalidConfig, x, err)
+		}
+		w.ExcludeIPs = append(w.ExcludeIPs, p)
+	}
 	if w.WarmIPTarget < 0 || w.MinimumIPTarget < 0 || w.MaxENIs < 0 {
 		return fmt.Errorf("%w: warmIPTarget, minimumIPTarget and maxENIs must not be negative", errInvalidConfig)
 	}
@@ -312,6 +330,25 @@ func (c *config) parseEC2() error {
 	c.Warm = w
 	c.IMDSEndpoint, c.EC2Endpoint, c.SNAT = c.conf.IMDSEndpoint, c.conf.EC2Endpoint, c.conf.SNAT
 	return nil
+}
+
+// parseExclude reads an excludeIPs entry: an IPv4 address or CIDR.
+func parseExclude(s string) (netip.Prefix, error) {
+	s = strings.TrimSpace(s)
+	if a, err := netip.ParseAddr(s); err == nil {
+		if !a.Is4() {
+			return netip.Prefix{}, fmt.Errorf("only IPv4 is supported")
+		}
+		return netip.PrefixFrom(a, 32), nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("neither an address nor a CIDR")
+	}
+	if !p.Addr().Is4() {
+		return netip.Prefix{}, fmt.Errorf("only IPv4 is supported")
+	}
+	return p.Masked(), nil
 }
 
 // pick returns the first value given, else def.

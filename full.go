@@ -51,11 +51,15 @@ func runFull(cmd string, args []string, stdout, stderr io.Writer) error {
 	return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
 }
 
-// imdsRefresh merges what IMDS lists into the store; ADD calls it once when
+// imdsRefresh checks the instance's identity and merges what IMDS lists
+// into the store; ADD calls it on the first allocation of a boot and when
 // the pool is empty.
-func imdsRefresh(ctx context.Context, cfg *config, mgr *alloc.Manager) (int, error) {
-	_, added, err := ec2.Refresh(ctx, mgr, ec2.NewQuickMetadataClient(cfg.IMDSEndpoint), time.Now())
-	return added, ec2.ExplainIMDS(err, cfg.IMDSEndpoint)
+func imdsRefresh(ctx context.Context, cfg *config, mgr *alloc.Manager) (internalResult, error) {
+	r, err := ec2.Refresh(ctx, mgr, ec2.NewQuickMetadataClient(cfg.IMDSEndpoint), time.Now())
+	if err != nil {
+		return internalResult{}, ec2.ExplainIMDS(err, cfg.IMDSEndpoint)
+	}
+	return internalResult{Added: r.Added, Dropped: r.Dropped, InstanceID: r.Instance.ID}, nil
 }
 
 // imdsCheck reports whether IMDS can be read (STATUS on an empty pool).
@@ -97,24 +101,65 @@ func cmdInternal(args []string, stdin io.Reader, stdout io.Writer) error {
 	defer cancel()
 	switch args[0] {
 	case "imds-refresh":
-		n, err := imdsRefresh(ctx, cfg, p.mgr)
+		r, err := imdsRefresh(ctx, cfg, p.mgr)
 		if err != nil {
 			return err
 		}
-		return json.NewEncoder(stdout).Encode(internalResult{Added: n})
+		return json.NewEncoder(stdout).Encode(r)
 	case "imds-check":
 		return imdsCheck(ctx, cfg)
 	}
 	return fmt.Errorf("%w: unknown internal command %q", errUsage, args[0])
 }
 
-// eniHost sets up the ENIs that warm attaches.
-type eniHost struct{ mtu int }
+// eniHost is the node side of warm: it sets up the ENIs warm attaches and
+// re-asserts, every pass, each ENI's link and table and each pod's rules.
+type eniHost struct {
+	mtu  int
+	snat bool
+}
+
+func (h eniHost) link(e pool.ENI) netsetup.ENILink {
+	return netsetup.ENILink{MAC: e.MAC, MTU: h.mtu, Table: e.Table(), SubnetCIDR: e.SubnetCIDR, Gateway: e.Gateway()}
+}
 
 func (h eniHost) SetupENI(ctx context.Context, e pool.ENI) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	return netsetup.WaitENI(ctx, netsetup.ENILink{MAC: e.MAC, MTU: h.mtu, Table: e.Table(), SubnetCIDR: e.SubnetCIDR, Gateway: e.Gateway()})
+	return netsetup.WaitENI(ctx, h.link(e))
+}
+
+// Reassert puts back what the node lost. An ENI whose link is missing (not
+// yet appeared, or detached) is reported, and the rest still done.
+func (h eniHost) Reassert(_ context.Context, enis []pool.ENI, pods []alloc.Allocation) ([]string, error) {
+	var repaired []string
+	var errs []error
+	byID := map[string]pool.ENI{}
+	for _, e := range enis {
+		byID[e.ID] = e
+		if e.Table() == 0 {
+			continue // the primary ENI is the node's own: its owner sets it up
+		}
+		r, err := netsetup.ReassertENI(h.link(e))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s (%s): %w", e.ID, e.MAC, err))
+		} else if r != "" {
+			repaired = append(repaired, r)
+		}
+	}
+	rules := make([]netsetup.PodRules, 0, len(pods))
+	for _, a := range pods {
+		pr := netsetup.PodRules{IP: a.IP}
+		if e, ok := byID[a.ENI]; ok && e.Table() != 0 {
+			pr.Table = e.Table()
+			if h.snat {
+				pr.FromDsts = e.VPCCIDRs
+			}
+		}
+		rules = append(rules, pr)
+	}
+	r, err := netsetup.ReassertPodRules(rules)
+	return append(repaired, r...), errors.Join(append(errs, err)...)
 }
 
 func cmdGCCLI(args []string, stdout, stderr io.Writer) error {
@@ -287,60 +332,60 @@ func warmPass(p *plugin, stdout io.Writer, calls *ec2.CallCounter) (ran bool, er
 	ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
 	defer cancel()
 	md := ec2.NewMetadataClient(p.cfg.IMDSEndpoint)
-	w := &ec2.Warmer{Mgr: p.mgr, MD: md, Host: eniHost{mtu: p.cfg.MTU}, Cfg: p.cfg.Warm, Out: stdout}
-	region, err := regionOf(ctx, p.mgr, md, stdout)
+	// IMDS first, every pass: the region for the EC2 client comes from the
+	// instance itself, never from a store that may be another instance's.
+	inst, err := ec2.Discover(ctx, md)
 	if err != nil {
 		return true, fmt.Errorf("warm: %w", explainIMDS(err, p.cfg))
 	}
-	w.API = ec2.NewAPI(p.cfg.EC2Endpoint, region, md, calls.Option())
-	if err := w.Run(ctx); err != nil {
-		return true, fmt.Errorf("warm: %w", explainIMDS(err, p.cfg))
+	w := &ec2.Warmer{
+		Mgr: p.mgr, MD: md, API: ec2.NewAPI(p.cfg.EC2Endpoint, inst.Region(), md, calls.Option()),
+		Host: eniHost{mtu: p.cfg.MTU, snat: p.cfg.SNAT}, Cfg: p.cfg.Warm, Out: stdout,
 	}
-	if p.cfg.SNAT {
-		return true, ensureSNAT(ctx, p.mgr, stdout)
+	err = w.RunWith(ctx, inst)
+	if serr := syncSNAT(ctx, p, stdout); serr != nil {
+		err = errors.Join(err, serr)
+	}
+	if err != nil {
+		return true, fmt.Errorf("warm: %w", explainIMDS(err, p.cfg))
 	}
 	return true, nil
 }
 
-// ensureSNAT keeps the node's SNAT rules for pod traffic leaving the VPC in
-// place; warm runs it every pass, so a flushed nat table heals itself.
-func ensureSNAT(ctx context.Context, mgr *alloc.Manager, stdout io.Writer) error {
-	st, _, err := mgr.Snapshot(ctx)
+// syncSNAT keeps the node's SNAT chain as the config says, every pass:
+// with snat on it is made to match the pool (a flushed nat table heals
+// itself); with snat off a chain left from before is removed.
+func syncSNAT(ctx context.Context, p *plugin, stdout io.Writer) error {
+	if !p.cfg.SNAT {
+		// Only a chain this boot installed can exist (the nat table does
+		// not survive a reboot): nodes without snat need no iptables.
+		st, _, err := p.mgr.Snapshot(ctx)
+		if err != nil || st.EC2 == nil || st.EC2.SNATBoot != p.mgr.BootID {
+			return err
+		}
+		changed, err := snat.Remove()
+		if err != nil {
+			return fmt.Errorf("snat off: %w", err)
+		}
+		if changed {
+			fmt.Fprintf(stdout, "warm: snat is off: chain %s and its jump removed\n", snat.Chain)
+		}
+		return markSNAT(ctx, p.mgr, false)
+	}
+	st, _, err := p.mgr.Snapshot(ctx)
 	if err != nil {
 		return err
 	}
-	primary, ok := st.EC2.PrimaryENI()
-	if !ok {
-		return fmt.Errorf("warm: snat: no ENI discovered yet")
-	}
-	changed, err := snat.Ensure(primary.VPCCIDRs, primary.PrimaryIP)
+	spec, err := snatSpec(st.EC2, p.cfg.Warm.ExcludeIPs)
 	if err != nil {
-		return fmt.Errorf("warm: snat: %w", err)
+		return err
+	}
+	changed, err := snat.Ensure(spec)
+	if err != nil {
+		return fmt.Errorf("snat: %w", err)
 	}
 	if changed {
-		fmt.Fprintf(stdout, "warm: snat: traffic leaving %v now leaves as %s (chain %s)\n", primary.VPCCIDRs, primary.PrimaryIP, snat.Chain)
+		fmt.Fprintf(stdout, "warm: snat: traffic of pods in %v leaving %v now leaves as %s (chain %s)\n", spec.PodNets, spec.VPCCIDRs, spec.PrimaryIP, snat.Chain)
 	}
-	return nil
-}
-
-// regionOf returns the region from the store, discovering the instance
-// through IMDS first on a node that never ran warm.
-func regionOf(ctx context.Context, mgr *alloc.Manager, md ec2.Metadata, out io.Writer) (string, error) {
-	st, _, err := mgr.Snapshot(ctx)
-	if err != nil {
-		return "", err
-	}
-	src := st.EC2
-	if src == nil || src.AZ == "" {
-		inst, added, err := ec2.Refresh(ctx, mgr, md, time.Now())
-		if err != nil {
-			return "", err
-		}
-		fmt.Fprintf(out, "warm: discovered %s (%s) with %d ENIs; %d addresses added to the pool\n", inst.ID, inst.Type, len(inst.ENIs), added)
-		return inst.Region(), nil
-	}
-	if src.Region != "" {
-		return src.Region, nil
-	}
-	return (&pool.Instance{AZ: src.AZ}).Region(), nil
+	return markSNAT(ctx, p.mgr, true)
 }

@@ -184,12 +184,10 @@ func withoutCNI(env []string) []string {
 	return out
 }
 
-func imdsRefresh(ctx context.Context, cfg *config, _ *alloc.Manager) (int, error) {
+func imdsRefresh(ctx context.Context, cfg *config, _ *alloc.Manager) (internalResult, error) {
 	var r internalResult
-	if err := runInternal(ctx, cfg, "imds-refresh", &r); err != nil {
-		return 0, err
-	}
-	return r.Added, nil
+	err := runInternal(ctx, cfg, "imds-refresh", &r)
+	return r, err
 }
 
 func imdsCheck(ctx context.Context, cfg *config) error {

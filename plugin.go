@@ -73,6 +73,13 @@ func (p *plugin) podSpec(a alloc.Allocation, netns string, r podRouting) netsetu
 // look once for addresses the store does not know yet (IMDS), then retries.
 func (p *plugin) allocate(ctx context.Context, req alloc.Request) (alloc.Allocation, bool, *pool.EC2, error) {
 	a, existed, source, err := p.mgr.AllocateWithSource(ctx, req)
+	if errors.Is(err, errIdentityUnchecked) {
+		// First ADD of a boot: compare the store with IMDS, then retry.
+		if _, rerr := p.source.refresh(ctx); rerr != nil {
+			return a, existed, source, fmt.Errorf("%w (%w)", err, rerr)
+		}
+		a, existed, source, err = p.mgr.AllocateWithSource(ctx, req)
+	}
 	if !errors.Is(err, alloc.ErrPoolExhausted) {
 		return a, existed, source, err
 	}
@@ -95,7 +102,7 @@ func (p *plugin) add(ctx context.Context, at attachment) (*current.Result, error
 	if err != nil {
 		return nil, err
 	}
-	routing, err := p.source.prepare(a, source)
+	routing, err := p.source.prepare(ctx, a, source)
 	if err != nil {
 		return nil, p.undo(ctx, at, a, existed, err)
 	}

@@ -54,6 +54,11 @@ type Manager struct {
 	Cooldown    time.Duration // how long a freed address rests before reuse
 	LockTimeout time.Duration
 	Now         func() time.Time
+	// Admit, if set, is asked under the lock before a new address is
+	// handed out; its error fails the allocation and changes nothing. The
+	// ec2 source uses it to refuse addresses of a boot that has not yet
+	// checked the instance's identity.
+	Admit func(st *State) error
 }
 
 func (m *Manager) now() time.Time {
@@ -142,6 +147,11 @@ func (m *Manager) AllocateWithSource(ctx context.Context, req Request) (a Alloca
 		if i := st.Find(req.Key); i >= 0 {
 			a, existed = st.Allocations[i], true
 			return false, nil
+		}
+		if m.Admit != nil {
+			if err := m.Admit(st); err != nil {
+				return false, err
+			}
 		}
 		ip, eni, ok := m.pick(st)
 		if !ok {

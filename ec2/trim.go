@@ -65,6 +65,9 @@ func (w *Warmer) pickSurplus(st *alloc.State, src *pool.EC2, surplus int) []give
 	var out []giveBack
 	for i := len(src.ENIs) - 1; i >= 0 && surplus > 0; i-- {
 		e := src.ENIs[i]
+		if e.Unmanaged {
+			continue
+		}
 		b := giveBack{eni: e.ID}
 		for _, p := range e.Prefixes {
 			addrs := pool.Expand(p)

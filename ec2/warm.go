@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"slices"
@@ -34,10 +35,17 @@ type API interface {
 	DeleteNetworkInterface(context.Context, *ec2.DeleteNetworkInterfaceInput, ...func(*ec2.Options)) (*ec2.DeleteNetworkInterfaceOutput, error)
 }
 
-// HostENI prepares the node side of a secondary ENI: link up with the MTU
-// and its route table. It must be idempotent.
+// HostENI is the node side `warm` keeps in shape. Both methods must be
+// idempotent.
 type HostENI interface {
+	// SetupENI waits for the link of an ENI just attached and prepares
+	// it: up with the MTU, and its route table.
 	SetupENI(ctx context.Context, e pool.ENI) error
+	// Reassert puts back what the node should have and may have lost (a
+	// table flushed by systemd-networkd or amazon-ec2-net-utils, a link
+	// set down, a rule deleted): each secondary ENI's link and table, and
+	// each pod's rules. It returns what it had to repair.
+	Reassert(ctx context.Context, enis []pool.ENI, pods []alloc.Allocation) ([]string, error)
 }
 
 // Warmer runs one `eni-cni warm` pass.
@@ -48,6 +56,7 @@ type Warmer struct {
 	Host HostENI
 	Cfg  pool.WarmConfig
 	Out  io.Writer
+	Log  *slog.Logger // optional; warnings also go here
 	Now  func() time.Time
 }
 
@@ -61,6 +70,15 @@ func (w *Warmer) now() time.Time {
 func (w *Warmer) say(format string, args ...any) {
 	if w.Out != nil {
 		fmt.Fprintf(w.Out, "warm: "+format+"\n", args...)
+	}
+}
+
+// warn is say for what an operator must not miss: it goes to the pass's
+// output and to the log (stderr, which the timer's journal keeps).
+func (w *Warmer) warn(format string, args ...any) {
+	w.say("WARNING: "+format, args...)
+	if w.Log != nil {
+		w.Log.Warn(fmt.Sprintf(format, args...))
 	}
 }
 
@@ -105,35 +123,51 @@ func (w *Warmer) update(ctx context.Context, fn func(*alloc.State, *pool.EC2) er
 	})
 }
 
-// Run tops the pool up to the targets, or trims it back, and returns. The
-// lock is held only around state I/O, never across an EC2 or IMDS call.
+// Run is one pass: it reads IMDS, then does what RunWith does.
 func (w *Warmer) Run(ctx context.Context) error {
-	v, err := w.snapshot(ctx)
+	inst, err := Discover(ctx, w.MD)
 	if err != nil {
 		return err
 	}
-	if v.src.InstanceID == "" || len(v.src.ENIs) == 0 {
-		if err := w.discover(ctx); err != nil {
-			return err
-		}
+	return w.RunWith(ctx, inst)
+}
+
+// RunWith is one pass given what IMDS said at its start. Cheap first: the
+// instance's identity and IMDS against the store (local, free); EC2's
+// DescribeNetworkInterfaces only when they disagree, when the last pass
+// left work unrecorded, or once an hour; then the ENIs' lifecycle, the
+// node side of every ENI and pod, and last the pool's size. The lock is
+// held only around state I/O, never across an EC2 or IMDS call.
+func (w *Warmer) RunWith(ctx context.Context, inst *pool.Instance) error {
+	drift, err := w.observe(ctx, inst)
+	if err != nil {
+		return err
+	}
+	v, err := w.snapshot(ctx)
+	if err != nil {
+		return err
 	}
 	if v.src.Limits == nil {
 		if err := w.fetchLimits(ctx); err != nil {
 			return err
 		}
 	}
-	if v.src.Dirty || hasUnusable(v.src) {
-		if err := w.resync(ctx); err != nil {
+	if why := w.describeReason(v.src, drift); why != "" {
+		if err := w.resync(ctx, why, drift); err != nil {
 			return err
 		}
 	}
-	if err := w.fill(ctx); err != nil {
+	if err := w.settleENIs(ctx); err != nil {
 		return err
+	}
+	hostErr := w.reassertHost(ctx)
+	if err := w.fill(ctx); err != nil {
+		return errors.Join(err, hostErr)
 	}
 	if err := w.trim(ctx); err != nil {
-		return err
+		return errors.Join(err, hostErr)
 	}
-	return w.setDirty(ctx, false)
+	return errors.Join(w.setDirty(ctx, false), hostErr)
 }
 
 // setDirty records whether EC2 may hold changes the store does not. It
@@ -150,16 +184,11 @@ func (w *Warmer) setDirty(ctx context.Context, dirty bool) error {
 	})
 }
 
-// refused handles a failed call that would have added to what EC2 assigns.
-// An error from EC2 itself (after the SDK's retries) means the request was
-// rejected, and a failed dial means it never left: nothing changed and the
-// store is left as it was. Anything else (a timeout, a connection lost
-// mid-call) may hide a change, and the dirty marker stays for the next
-// pass to resync.
+// refused handles a failed call that would have added to what EC2 assigns:
+// if EC2 certainly did nothing (see refusal) the dirty mark is cleared;
+// otherwise it stays for the next pass to resync.
 func (w *Warmer) refused(ctx context.Context, err error) error {
-	var api smithy.APIError
-	var op *net.OpError
-	if errors.As(err, &api) || (errors.As(err, &op) && op.Op == "dial") {
+	if refusal(err) {
 		if derr := w.setDirty(ctx, false); derr != nil {
 			return errors.Join(err, derr)
 		}
@@ -167,36 +196,18 @@ func (w *Warmer) refused(ctx context.Context, err error) error {
 	return err
 }
 
+// refusal reports whether a failed call certainly changed nothing: an
+// error from EC2 itself (after the SDK's retries) means the request was
+// rejected, and a failed dial means it never left. Anything else (a
+// timeout, a connection lost mid-call) may hide a change.
+func refusal(err error) bool {
+	var api smithy.APIError
+	var op *net.OpError
+	return errors.As(err, &api) || (errors.As(err, &op) && op.Op == "dial")
+}
+
 func hasUnusable(src *pool.EC2) bool {
 	return slices.ContainsFunc(src.Addrs, func(a pool.Addr) bool { return a.Unusable })
-}
-
-// Refresh reads IMDS and merges what it lists into the store.
-func Refresh(ctx context.Context, mgr *alloc.Manager, md Metadata, now time.Time) (*pool.Instance, int, error) {
-	inst, err := Discover(ctx, md)
-	if err != nil {
-		return nil, 0, err
-	}
-	added := 0
-	err = mgr.Update(ctx, func(st *alloc.State) (bool, error) {
-		before, err := json.Marshal(st.EC2)
-		if err != nil {
-			return false, err
-		}
-		added = pool.Merge(section(st), inst, now)
-		after, err := json.Marshal(st.EC2)
-		return !bytes.Equal(before, after), err
-	})
-	return inst, added, err
-}
-
-func (w *Warmer) discover(ctx context.Context) error {
-	inst, added, err := Refresh(ctx, w.Mgr, w.MD, w.now())
-	if err != nil {
-		return err
-	}
-	w.say("discovered %s (%s) with %d ENIs; %d addresses added to the pool", inst.ID, inst.Type, len(inst.ENIs), added)
-	return nil
 }
 
 func (w *Warmer) fetchLimits(ctx context.Context) error {
@@ -251,9 +262,13 @@ func (w *Warmer) fill(ctx context.Context) error {
 // slots is how many secondary addresses or prefixes one ENI takes.
 func slots(src *pool.EC2) int { return src.Limits.IPv4PerENI - 1 }
 
-// roomyENI returns the lowest-numbered ENI with free slots and how many.
+// roomyENI returns the lowest-numbered ENI eni-cni may manage with free
+// slots, and how many.
 func (w *Warmer) roomyENI(src *pool.EC2) (pool.ENI, int) {
 	for _, e := range src.ENIs {
+		if e.Unmanaged || e.Unverified {
+			continue
+		}
 		if room := slots(src) - e.Secondary - len(e.Prefixes); room > 0 {
 			return e, room
 		}
@@ -268,7 +283,19 @@ func (w *Warmer) maxENIs(src *pool.EC2) int {
 	return src.Limits.MaxENIs
 }
 
-func (w *Warmer) canCreate(src *pool.EC2) bool { return len(src.ENIs) < w.maxENIs(src) }
+// canCreate: fewer ENIs on the default network card than maxENIs. warm
+// attaches only there (the instance type's maxPods assumes as much, see
+// pool.MaxPods); ENIs on other cards are someone else's, used where
+// managed, with their own device index and table.
+func (w *Warmer) canCreate(src *pool.EC2) bool {
+	n := 0
+	for _, e := range src.ENIs {
+		if e.NetworkCard == 0 {
+			n++
+		}
+	}
+	return n < w.maxENIs(src)
+}
 
 // assign asks EC2 for addresses (or /28 prefixes) on e and records exactly
 // what the reply says was assigned.

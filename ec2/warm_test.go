@@ -33,9 +33,23 @@ type env struct {
 }
 
 type fakeHost struct {
-	mu    sync.Mutex
-	setup []string
-	err   error
+	mu        sync.Mutex
+	setup     []string
+	err       error
+	reasserts int
+	enis      []pool.ENI         // as last reasserted
+	pods      []alloc.Allocation // as last reasserted
+	repair    []string           // what the next Reassert reports repaired
+}
+
+func (h *fakeHost) Reassert(_ context.Context, enis []pool.ENI, pods []alloc.Allocation) ([]string, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.reasserts++
+	h.enis, h.pods = enis, pods
+	r := h.repair
+	h.repair = nil
+	return r, nil
 }
 
 func (h *fakeHost) SetupENI(_ context.Context, e pool.ENI) error {
@@ -137,8 +151,8 @@ func TestDiscoverSeveralENIs(t *testing.T) {
 		t.Errorf("third ENI / subnet: %+v", got[2])
 	}
 	src := &pool.EC2{}
-	if n := pool.Merge(src, inst, time.Now()); n != 3+2+16 {
-		t.Errorf("merged %d addresses, want 21 (primaries excluded)", n)
+	if d := pool.Reconcile(src, inst, time.Now()); d.Found != 3+2+16 {
+		t.Errorf("merged %d addresses, want 21 (primaries excluded)", d.Found)
 	}
 	for _, p := range src.Addrs {
 		if p.IP == got[0].PrimaryIP || p.IP == got[1].PrimaryIP {
@@ -164,16 +178,15 @@ func TestWarmToTargetThenSteady(t *testing.T) {
 		t.Errorf("EC2 has %d secondaries on the primary ENI, want 5", got)
 	}
 	e.fake.ResetCalls()
-	for range 120 { // an hour of 30 s timer runs
+	for range 240 { // two hours of 30 s timer runs
 		e.now = e.now.Add(30 * time.Second)
 		e.warm(t)
 	}
-	if calls := e.fake.Calls(); len(calls) != 0 {
-		t.Errorf("steady state made EC2 calls: %v", calls)
+	// The budget: the hourly safety net, nothing else.
+	if calls := e.fake.Calls(); totalCalls(calls) != 2 || calls["DescribeNetworkInterfaces"] != 2 {
+		t.Errorf("two hours of steady state made EC2 calls %v, want 2 DescribeNetworkInterfaces", calls)
 	}
-	if e.fake.IMDSCalls() != 0 {
-		t.Logf("IMDS calls in steady state: %d", e.fake.IMDSCalls())
-	}
+	t.Logf("IMDS reads in two hours of steady state: %d (local, free)", e.fake.IMDSCalls())
 }
 
 // fillTo starts pods one by one as a kubelet would, with the warm timer
@@ -318,12 +331,12 @@ func TestIMDSLagNeitherLosesNorDoubles(t *testing.T) {
 	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large", IMDSLag: time.Hour}, pool.WarmConfig{WarmIPTarget: 4, TrimAfter: time.Minute})
 	e.fake.SyncIMDS()
 	e.warm(t) // EC2 assigns 4; IMDS will not show them for an hour
-	inst, added, err := Refresh(context.Background(), e.mgr, e.w.MD, e.now)
+	r, err := Refresh(context.Background(), e.mgr, e.w.MD, e.now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if added != 0 || len(inst.ENIs[0].Secondary) != 0 {
-		t.Fatalf("IMDS should lag: added %d, lists %v", added, inst.ENIs[0].Secondary)
+	if r.Added != 0 || len(r.Instance.ENIs[0].Secondary) != 0 {
+		t.Fatalf("IMDS should lag: added %d, lists %v", r.Added, r.Instance.ENIs[0].Secondary)
 	}
 	c, _, _ := e.counts(t)
 	if c.Total != 4 {
@@ -338,9 +351,9 @@ func TestIMDSLagNeitherLosesNorDoubles(t *testing.T) {
 		t.Fatalf("trim: %+v\n%s", c, e.out)
 	}
 	e.fake.SyncIMDS() // IMDS now lists the current truth
-	_, added, err = Refresh(context.Background(), e.mgr, e.w.MD, e.now)
-	if err != nil || added != 0 {
-		t.Fatalf("refresh after sync added %d (%v)", added, err)
+	r, err = Refresh(context.Background(), e.mgr, e.w.MD, e.now)
+	if err != nil || r.Added != 0 {
+		t.Fatalf("refresh after sync added %+v (%v)", r, err)
 	}
 	seen := map[netip.Addr]bool{}
 	_, _, src := e.counts(t)
@@ -356,11 +369,11 @@ func TestTombstonesStopStaleIMDS(t *testing.T) {
 	src := &pool.EC2{Tombstones: []pool.Tombstone{{IP: netip.MustParseAddr("10.0.0.9"), Until: time.Now().Add(time.Minute)}}}
 	inst := &pool.Instance{ENIs: []pool.ENIInfo{{ID: "eni-1", PrimaryIP: netip.MustParseAddr("10.0.0.5"),
 		Secondary: []netip.Addr{netip.MustParseAddr("10.0.0.9"), netip.MustParseAddr("10.0.0.10")}}}}
-	if n := pool.Merge(src, inst, time.Now()); n != 1 || src.Addrs[0].IP.String() != "10.0.0.10" {
-		t.Fatalf("merged %d: %+v", n, src.Addrs)
+	if d := pool.Reconcile(src, inst, time.Now()); d.Found != 1 || src.Addrs[0].IP.String() != "10.0.0.10" {
+		t.Fatalf("merged %d: %+v", d.Found, src.Addrs)
 	}
-	if n := pool.Merge(src, inst, time.Now().Add(time.Hour)); n != 1 || len(src.Tombstones) != 0 {
-		t.Errorf("expired tombstone: merged %d, %d tombstones left", n, len(src.Tombstones))
+	if d := pool.Reconcile(src, inst, time.Now().Add(time.Hour)); d.Found != 1 {
+		t.Errorf("expired tombstone: merged %d", d.Found)
 	}
 }
 
@@ -457,7 +470,7 @@ func TestFailedUnassignStaysUnusableUntilResync(t *testing.T) {
 	e.fake.ResetCalls()
 	e.warm(t)
 	calls := e.fake.Calls()
-	if calls["DescribeNetworkInterfaces"] != 1 || !strings.Contains(e.out.String(), "resynced with EC2") {
+	if calls["DescribeNetworkInterfaces"] != 1 || !strings.Contains(e.out.String(), "2 unusable settled") {
 		t.Errorf("next pass must resync once: %v\n%s", calls, e.out)
 	}
 	_, _, src = e.counts(t)
@@ -502,8 +515,8 @@ func TestUnassignDoneButNotRecordedIsDropped(t *testing.T) {
 	if len(src.Tombstones) < 2 {
 		t.Errorf("dropped addresses not tombstoned: %v", src.Tombstones)
 	}
-	if _, added, err := Refresh(context.Background(), e.mgr, e.w.MD, e.now); err != nil || added != 0 {
-		t.Errorf("a refresh from IMDS brought addresses back: %d %v", added, err)
+	if r, err := Refresh(context.Background(), e.mgr, e.w.MD, e.now); err != nil || r.Added != 0 {
+		t.Errorf("a refresh from IMDS brought addresses back: %+v %v", r, err)
 	}
 }
 

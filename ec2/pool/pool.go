@@ -12,39 +12,6 @@ import (
 	"time"
 )
 
-// Merge folds an IMDS discovery into the section and reports how many
-// addresses it added. It only ever adds: IMDS lags EC2, so an address
-// missing from IMDS may just have been assigned (the EC2 response is the
-// truth), and one still listed may just have been unassigned (tombstoned).
-// ENI primaries are never pool addresses.
-func Merge(s *EC2, inst *Instance, now time.Time) int {
-	s.InstanceID, s.InstanceType, s.AZ, s.Region = inst.ID, inst.Type, inst.AZ, inst.Region()
-	s.PruneTombstones(now)
-	added := 0
-	for _, info := range inst.ENIs {
-		e := s.upsertENI(info)
-		var addrs []netip.Addr
-		for _, a := range info.Secondary {
-			if a != info.PrimaryIP && !s.Tombstoned(a, now) {
-				addrs = append(addrs, a)
-			}
-		}
-		for _, p := range info.Prefixes {
-			if !slices.Contains(e.Prefixes, p) {
-				e.Prefixes = append(e.Prefixes, p)
-			}
-			for _, a := range Expand(p) {
-				if !s.Tombstoned(a, now) {
-					addrs = append(addrs, a)
-				}
-			}
-		}
-		e.Secondary = max(e.Secondary, len(info.Secondary))
-		added += s.AddAddrs(info.ID, e.FoundOrigin(), addrs, now)
-	}
-	return added
-}
-
 // FoundOrigin is the origin of an address eni-cni did not ask for but
 // finds on e: every address of an ENI eni-cni created is its own.
 func (e ENI) FoundOrigin() string {

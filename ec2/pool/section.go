@@ -52,6 +52,10 @@ type EC2 struct {
 	// SNATBoot is the boot in which the SNAT chain was last ensured, so ADD
 	// installs it once after a reboot if no `warm` pass has yet.
 	SNATBoot string `json:"snatBoot,omitempty"`
+	// Drift is the IMDS disagreement (Drift.Key) EC2 was last asked about.
+	// IMDS lags: when EC2 has confirmed the store, the same disagreement
+	// does not cost another call each pass; a new one does.
+	Drift string `json:"drift,omitempty"`
 }
 
 // Limits are the instance type's ENI limits, from DescribeInstanceTypes.

@@ -53,6 +53,9 @@ type ec2Env struct {
 type noHost struct{}
 
 func (noHost) SetupENI(context.Context, pool.ENI) error { return nil }
+func (noHost) Reassert(context.Context, []pool.ENI, []alloc.Allocation) ([]string, error) {
+	return nil, nil
+}
 
 func newEC2Env(cfg ec2fake.Config, wc pool.WarmConfig) (*ec2Env, error) {
 	fake, err := ec2fake.New(cfg)
