@@ -157,17 +157,16 @@ func (w *Warmer) RunWith(ctx context.Context, inst *pool.Instance) error {
 			return err
 		}
 	}
-	if err := w.settleENIs(ctx); err != nil {
-		return err
-	}
-	hostErr := w.reassertHost(ctx)
+	// Lifecycle and node-side failures are reported at the end: they must
+	// not keep the pool from being filled.
+	later := errors.Join(w.settleENIs(ctx), w.reassertHost(ctx))
 	if err := w.fill(ctx); err != nil {
-		return errors.Join(err, hostErr)
+		return errors.Join(err, later)
 	}
 	if err := w.trim(ctx); err != nil {
-		return errors.Join(err, hostErr)
+		return errors.Join(err, later)
 	}
-	return errors.Join(w.setDirty(ctx, false), hostErr)
+	return errors.Join(w.setDirty(ctx, false), later)
 }
 
 // setDirty records whether EC2 may hold changes the store does not. It
