@@ -131,8 +131,8 @@ func (h eniHost) SetupENI(ctx context.Context, e pool.ENI) error {
 
 // Reassert puts back what the node lost. An ENI whose link is missing (not
 // yet appeared, or detached) is reported, and the rest still done.
-func (h eniHost) Reassert(_ context.Context, enis []pool.ENI, pods []alloc.Allocation) ([]string, error) {
-	var repaired []string
+func (h eniHost) Reassert(_ context.Context, enis []pool.ENI, pods []alloc.Allocation) (ec2.HostReport, error) {
+	var rep ec2.HostReport
 	var errs []error
 	byID := map[string]pool.ENI{}
 	for _, e := range enis {
@@ -141,10 +141,13 @@ func (h eniHost) Reassert(_ context.Context, enis []pool.ENI, pods []alloc.Alloc
 			continue // the primary ENI is the node's own: its owner sets it up
 		}
 		r, err := netsetup.ReassertENI(h.link(e))
-		if err != nil {
+		switch {
+		case errors.Is(err, netsetup.ErrNoLink):
+			rep.Missing = append(rep.Missing, fmt.Sprintf("%s (%s)", e.ID, e.MAC))
+		case err != nil:
 			errs = append(errs, fmt.Errorf("%s (%s): %w", e.ID, e.MAC, err))
-		} else if r != "" {
-			repaired = append(repaired, r)
+		case r != "":
+			rep.Repaired = append(rep.Repaired, r)
 		}
 	}
 	rules := make([]netsetup.PodRules, 0, len(pods))
@@ -159,7 +162,8 @@ func (h eniHost) Reassert(_ context.Context, enis []pool.ENI, pods []alloc.Alloc
 		rules = append(rules, pr)
 	}
 	r, err := netsetup.ReassertPodRules(rules)
-	return append(repaired, r...), errors.Join(append(errs, err)...)
+	rep.Repaired = append(rep.Repaired, r...)
+	return rep, errors.Join(append(errs, err)...)
 }
 
 func cmdGCCLI(args []string, stdout, stderr io.Writer) error {

@@ -151,6 +151,16 @@ func TestDetachedENIIsNoticed(t *testing.T) {
 			t.Errorf("lost address %s handed out again", a.IP)
 		}
 	}
+	// eni-cni created it: left available, it is deleted once past the
+	// leak age rather than hold subnet addresses forever.
+	if en, _ := e.fake.ENI(second.ID); en.Status != "available" {
+		t.Fatalf("detached ENI: %+v", en)
+	}
+	e.now = e.now.Add(leakAge + sweepEvery)
+	e.passes(t, 1)
+	if _, ok := e.fake.ENI(second.ID); ok {
+		t.Errorf("the detached ENI eni-cni created was not reclaimed:\n%s", e.out)
+	}
 }
 
 func TestUnassignedBehindBack(t *testing.T) {
@@ -374,10 +384,14 @@ func TestLeakedENIsOfThisInstanceOnly(t *testing.T) {
 			t.Errorf("%s: exists %v, want %v", id, ok, want)
 		}
 	}
+	e.passes(t, 20) // the young one ages past leakAge: the next sweep takes it
+	if _, ok := e.fake.ENI(young); ok {
+		t.Errorf("%s still there %s later", young, 20*30*time.Second)
+	}
 	e.fake.ResetCalls()
-	e.passes(t, 20) // same boot: no sweep again
+	e.passes(t, 20) // nothing left to look for in this boot
 	if n := e.fake.Calls()["DescribeNetworkInterfaces"]; n != 0 {
-		t.Errorf("%d sweeps in the same boot", n)
+		t.Errorf("%d sweeps in the same boot once nothing was left", n)
 	}
 }
 

@@ -207,7 +207,7 @@ func (w *Warmer) abandon(ctx context.Context, token, id string, cause error) err
 	}
 	w.say("deleted %s again: %v", id, cause)
 	// EC2 is as it was before the create: nothing for a resync to learn.
-	return errors.Join(cause, w.dropPending(ctx, token), w.setDirty(ctx, false))
+	return errors.Join(cause, w.dropPending(ctx, token), w.setDirty(context.WithoutCancel(ctx), false))
 }
 
 func (w *Warmer) recordENI(ctx context.Context, token string, e pool.ENI, ips []netip.Addr, prefixes []netip.Prefix) (int, error) {

@@ -25,8 +25,9 @@ import (
 //   - settles pending records: an ENI attached to this instance has been
 //     learnt by resync; one that is not is deleted;
 //   - looks for leaked ENIs (available, tagged with this instance's ID,
-//     older than leakAge) when a pending record has no ID, and once per
-//     boot, rate-limited to once per sweepEvery; and deletes them;
+//     older than leakAge) when a pending record has no ID, after an ENI
+//     eni-cni created was detached behind its back, and once per boot,
+//     rate-limited to once per sweepEvery; and deletes them;
 //   - retries DeleteOnTermination on the ENIs it attached until EC2 has
 //     set it, so none outlives the instance.
 
@@ -135,8 +136,11 @@ func (w *Warmer) sweepLeaks(ctx context.Context) error {
 		w.say("deleted leaked %s (available, tagged with this instance)", id)
 	}
 	err = w.update(context.WithoutCancel(ctx), func(_ *alloc.State, src *pool.EC2) error {
-		src.SweptBoot, src.LastSweep = w.Mgr.BootID, now.UTC()
+		src.LastSweep = now.UTC()
 		if !young && len(errs) == 0 {
+			// Done for this boot; a young or undeletable one is looked
+			// at again after sweepEvery.
+			src.SweptBoot = w.Mgr.BootID
 			src.Pending = slices.DeleteFunc(src.Pending, func(p pool.PendingENI) bool { return p.ID == "" && now.Sub(p.Since) >= leakAge })
 			if len(src.Pending) == 0 {
 				src.Pending = nil

@@ -121,9 +121,14 @@ func (w *Warmer) reassertHost(ctx context.Context) error {
 		return err
 	}
 	enis := slices.DeleteFunc(slices.Clone(v.src.ENIs), func(e pool.ENI) bool { return e.Unmanaged || e.Unverified })
-	repaired, err := w.Host.Reassert(ctx, enis, v.st.Allocations)
-	if len(repaired) > 0 {
-		w.warn("the node had lost part of its setup, put back: %s", strings.Join(repaired, "; "))
+	r, err := w.Host.Reassert(ctx, enis, v.st.Allocations)
+	if len(r.Repaired) > 0 {
+		w.warn("the node had lost part of its setup, put back: %s", strings.Join(r.Repaired, "; "))
+	}
+	if len(r.Missing) > 0 {
+		// Not a failure of the pass: right after an attach the link takes
+		// a moment, and ADD on such an ENI fails with code 11 and retries.
+		w.warn("no link on the node for %s (not yet appeared, or detached?)", strings.Join(r.Missing, "; "))
 	}
 	if err != nil {
 		return fmt.Errorf("node setup: %w", err)

@@ -44,6 +44,11 @@ func (w *Warmer) resync(ctx context.Context, why string, d pool.Drift) error {
 	var report resyncReport
 	err = w.update(ctx, func(st *alloc.State, src *pool.EC2) error {
 		report = applyTruth(st, src, truth, w.now())
+		if report.reclaim {
+			// An ENI eni-cni created was detached: once it has sat
+			// available past the leak age, a sweep deletes it.
+			src.SweptBoot = ""
+		}
 		src.Dirty = false
 		src.LastDescribe = w.now().UTC()
 		src.Drift = d.Key()
@@ -150,6 +155,7 @@ type lostAddr struct {
 type resyncReport struct {
 	enis, added, settled, dropped int
 	detached                      []string
+	reclaim                       bool       // a detached ENI was one eni-cni created
 	lost                          []lostAddr // allocated, but EC2 no longer assigns them
 }
 
@@ -194,6 +200,7 @@ func applyTruth(st *alloc.State, src *pool.EC2, truth map[string]attached, now t
 		_, ok := truth[e.ID]
 		if !ok {
 			r.detached = append(r.detached, e.ID)
+			r.reclaim = r.reclaim || e.Created
 		}
 		return !ok
 	})

@@ -44,8 +44,15 @@ type HostENI interface {
 	// Reassert puts back what the node should have and may have lost (a
 	// table flushed by systemd-networkd or amazon-ec2-net-utils, a link
 	// set down, a rule deleted): each secondary ENI's link and table, and
-	// each pod's rules. It returns what it had to repair.
-	Reassert(ctx context.Context, enis []pool.ENI, pods []alloc.Allocation) ([]string, error)
+	// each pod's rules. It reports what it had to repair and what it could
+	// not find (an ENI's link not, or no longer, on the node).
+	Reassert(ctx context.Context, enis []pool.ENI, pods []alloc.Allocation) (HostReport, error)
+}
+
+// HostReport is what Reassert found.
+type HostReport struct {
+	Repaired []string // what was put back
+	Missing  []string // ENIs whose link is not on the node
 }
 
 // Warmer runs one `eni-cni warm` pass.

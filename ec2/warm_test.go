@@ -42,14 +42,14 @@ type fakeHost struct {
 	repair    []string           // what the next Reassert reports repaired
 }
 
-func (h *fakeHost) Reassert(_ context.Context, enis []pool.ENI, pods []alloc.Allocation) ([]string, error) {
+func (h *fakeHost) Reassert(_ context.Context, enis []pool.ENI, pods []alloc.Allocation) (HostReport, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.reasserts++
 	h.enis, h.pods = enis, pods
 	r := h.repair
 	h.repair = nil
-	return r, nil
+	return HostReport{Repaired: r}, nil
 }
 
 func (h *fakeHost) SetupENI(_ context.Context, e pool.ENI) error {

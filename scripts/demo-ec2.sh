@@ -4,8 +4,12 @@
 # (ec2/ec2fake/cmd/ec2fake) as a t3.medium (3 ENIs x 5 secondary addresses),
 # a "vpc" namespace holding the far ends of the ENI links, and six "pods".
 # `eni-cni warm` fills the pool from the primary ENI, then attaches a second
-# ENI; pods there get a `from` rule into that ENI's route table. Every
-# address lives only inside those namespaces; nothing talks to AWS.
+# ENI; pods there get a `from` rule into that ENI's route table. Then the
+# node drifts: its ENI table is flushed and a warm pass puts it back; the
+# second ENI is detached behind eni-cni's back (through the EC2 API, as
+# another tool would) and the next pass notices, flags the pod's address
+# lost and attaches a new ENI. Every address lives only inside those
+# namespaces; nothing talks to AWS.
 # Usage: scripts/demo-ec2.sh [path/to/eni-cni]
 set -euo pipefail
 
@@ -13,7 +17,7 @@ BIN=$(realpath "${1:-bin/eni-cni}")
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 [ "$(id -u)" = 0 ] || { echo "demo-ec2: needs root (network namespaces)" >&2; exit 1; }
 [ -x "$BIN" ] || { echo "demo-ec2: $BIN not built (run make build)" >&2; exit 1; }
-for tool in go jq nsenter ip ping; do
+for tool in go jq nsenter ip ping curl; do
 	command -v "$tool" >/dev/null || { echo "demo-ec2: $tool not found" >&2; exit 1; }
 done
 
@@ -235,12 +239,36 @@ mid=$(calls)
 warm
 echo "EC2 calls: before $before, after the top-up $mid, after the pass without churn $(calls)"
 
+say "drift 1: something flushes table $TABLE and takes $SLINK down (systemd-networkd, amazon-ec2-net-utils, an operator)"
+ip -n "$NODE" route flush table "$TABLE"
+ip -n "$NODE" link set "$SLINK" down
+echo "table $TABLE now: '$(ip -n "$NODE" route show table "$TABLE")'; $SLINK: $(ip -n "$NODE" -br link show "$SLINK" | awk '{print $2}')"
+before=$(calls)
+warm
+echo "EC2 calls: before $before, after $(calls) (repairing the node side needs none)"
+ip -n "$NODE" route show table "$TABLE"
+ip -n "$NODE" -br link show "$SLINK"
+
+say "drift 2: someone detaches $SENI behind eni-cni's back (aws ec2 detach-network-interface)"
+SATT=$(jq -r --arg id "$SENI" '.enis[] | select(.id == $id) | .attachmentId' "$DESCRIBE")
+in_node curl -sS -o /dev/null -w 'EC2 DetachNetworkInterface: HTTP %{http_code}\n' \
+	--data "Action=DetachNetworkInterface&Version=2016-11-15&AttachmentId=$SATT" "$URL"
+# The hypervisor takes the link away with the attachment.
+ip -n "$NODE" link del "$SLINK"
+echo "the next warm pass: IMDS no longer lists $SENI, so it reads DescribeNetworkInterfaces for this instance,"
+echo "drops the ENI and its free addresses, flags pod $((S + 1))'s ${IPS[S]} lost, and tops the pool up with a new ENI"
+before=$(calls)
+warm
+echo "EC2 calls: before $before, after $(calls)"
+in_node "$BIN" list --config "$CONF"
+
 say "pod $((S + 1))'s namespace disappears; DEL arrives with CNI_NETNS=\"\""
 ip netns del "${PODS[S]}"
 cni DEL "${CIDS[S]}" "" && echo "DEL exit 0"
 cni DEL "${CIDS[S]}" "" && echo "second DEL exit 0"
-echo "rules left for ${IPS[S]}: $(ip -n "$NODE" rule | grep -c "${IPS[S]} " || true); table $TABLE stays for the ENI's next pods:"
-ip -n "$NODE" route show table "$TABLE"
+echo "rules left for ${IPS[S]}: $(ip -n "$NODE" rule | grep -c "${IPS[S]} " || true)"
+echo "the next warm pass drops the lost address from the pool for good (it is no longer this instance's):"
+warm
 in_node "$BIN" list --config "$CONF" | tail -1
 
 say "DEL the others"
@@ -253,7 +281,7 @@ echo "host veths left on the node: $left; rules at 512/1536: $(ip -n "$NODE" rul
 
 say "the fake's EC2 call counts (from its describe file) and ENIs"
 jq '.calls' "$DESCRIBE"
-jq -r '.enis[] | "\(.id) device \(.deviceIndex) \(.mac): \(.secondaryIps | length) secondary addresses"' "$DESCRIBE"
+jq -r '.enis[] | "\(.id) \(.status) device \(.deviceIndex) \(.mac): \(.secondaryIps | length) secondary addresses"' "$DESCRIBE"
 
 say "the plugin's log (one line per verb)"
 cat "$WORK/eni-cni.log"

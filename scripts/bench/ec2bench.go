@@ -53,8 +53,8 @@ type ec2Env struct {
 type noHost struct{}
 
 func (noHost) SetupENI(context.Context, pool.ENI) error { return nil }
-func (noHost) Reassert(context.Context, []pool.ENI, []alloc.Allocation) ([]string, error) {
-	return nil, nil
+func (noHost) Reassert(context.Context, []pool.ENI, []alloc.Allocation) (ec2.HostReport, error) {
+	return ec2.HostReport{}, nil
 }
 
 func newEC2Env(cfg ec2fake.Config, wc pool.WarmConfig) (*ec2Env, error) {
