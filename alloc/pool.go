@@ -142,12 +142,7 @@ func (p StoredPool) Addrs(st *State) iter.Seq2[netip.Addr, string] {
 }
 
 func (p StoredPool) Contains(st *State, ip netip.Addr) bool {
-	for a := range st.EC2.Usable(p.Exclude) {
-		if a == ip {
-			return true
-		}
-	}
-	return false
+	return st.EC2.IsUsable(ip, p.Exclude)
 }
 
 func (p StoredPool) Size(st *State) int {

@@ -223,6 +223,21 @@ func (s *EC2) Usable(exclude []netip.Prefix) iter.Seq2[netip.Addr, string] {
 	}
 }
 
+// IsUsable reports whether Usable yields ip, without walking the pool
+// into a map (Counts asks it for every allocation).
+func (s *EC2) IsUsable(ip netip.Addr, exclude []netip.Prefix) bool {
+	if s == nil || Excluded(exclude, ip) {
+		return false
+	}
+	for _, a := range s.Addrs {
+		if a.IP == ip {
+			e, ok := s.ENI(a.ENI)
+			return ok && e.usable() && !a.Unusable && !a.Lost
+		}
+	}
+	return false
+}
+
 // Excluded reports whether ip is in one of the prefixes.
 func Excluded(exclude []netip.Prefix, ip netip.Addr) bool {
 	return slices.ContainsFunc(exclude, func(p netip.Prefix) bool { return p.Contains(ip) })
