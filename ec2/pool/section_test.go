@@ -19,7 +19,9 @@ func TestTableNumbersAsTheVPCCNI(t *testing.T) {
 	}
 }
 
-func instance(id string, enis ...ENIInfo) *Instance { return &Instance{ID: id, Type: "t3.medium", AZ: "us-east-1a", ENIs: enis} }
+func instance(id string, enis ...ENIInfo) *Instance {
+	return &Instance{ID: id, Type: "t3.medium", AZ: "us-east-1a", ENIs: enis}
+}
 
 func TestReconcile(t *testing.T) {
 	now := time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
