@@ -99,8 +99,7 @@ func Refresh(ctx context.Context, mgr *alloc.Manager, md Metadata, now time.Time
 		return nil, err
 	}
 	r := &RefreshResult{Instance: inst}
-	w := &Warmer{Mgr: mgr, Now: func() time.Time { return now }}
-	err = w.update(ctx, func(_ *alloc.State, src *pool.EC2) error {
+	err = updateSection(ctx, mgr, func(_ *alloc.State, src *pool.EC2) error {
 		r.Dropped = src.Identify(inst.ID)
 		r.Added = pool.Reconcile(src, inst, now).Found
 		src.VerifiedBoot = mgr.BootID

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -181,30 +180,7 @@ func (r resyncReport) String() string {
 //     recorded) are settled: still assigned, usable again; gone, dropped.
 func applyTruth(st *alloc.State, src *pool.EC2, truth map[string]attached, now time.Time) resyncReport {
 	var r resyncReport
-	assigned := map[netip.Addr]string{}
-	for id, a := range truth {
-		if _, known := src.ENI(id); !known {
-			r.enis++
-		}
-		learnENI(src, a.state)
-		for _, ip := range a.ips {
-			assigned[ip] = id
-		}
-		for _, p := range a.prefixes {
-			for _, ip := range pool.Expand(p) {
-				assigned[ip] = id
-			}
-		}
-	}
-	src.ENIs = slices.DeleteFunc(src.ENIs, func(e pool.ENI) bool {
-		_, ok := truth[e.ID]
-		if !ok {
-			r.detached = append(r.detached, e.ID)
-			r.reclaim = r.reclaim || e.Created
-		}
-		return !ok
-	})
-	src.SortENIs()
+	assigned := learnENIs(src, truth, &r)
 	who := map[netip.Addr]string{}
 	for _, a := range st.Allocations {
 		who[a.IP] = fmt.Sprintf("pod %s/%s, container %.12s", a.PodNamespace, a.PodName, a.ContainerID)
@@ -232,11 +208,11 @@ func applyTruth(st *alloc.State, src *pool.EC2, truth map[string]attached, now t
 		a := &src.Addrs[i]
 		eni, ok := assigned[a.IP]
 		a.Unusable, a.Lost = false, !ok
-		if e, known := src.ENI(eni); ok && known && e.Created {
-			a.Origin = pool.OriginAssigned // learnt that eni-cni created its ENI
-		}
 		if ok {
 			a.ENI = eni
+			if e, _ := src.ENI(eni); e.Created {
+				a.Origin = pool.OriginAssigned // learnt that eni-cni created its ENI
+			}
 		}
 	}
 	for ip, id := range assigned {
@@ -248,6 +224,36 @@ func applyTruth(st *alloc.State, src *pool.EC2, truth map[string]attached, now t
 	}
 	src.SortAddrs()
 	return r
+}
+
+// learnENIs makes the section's ENIs those EC2 lists as attached, with
+// EC2's attributes, and returns which ENI each assigned address is on.
+func learnENIs(src *pool.EC2, truth map[string]attached, r *resyncReport) map[netip.Addr]string {
+	assigned := map[netip.Addr]string{}
+	for id, a := range truth {
+		if _, known := src.ENI(id); !known {
+			r.enis++
+		}
+		learnENI(src, a.state)
+		for _, ip := range a.ips {
+			assigned[ip] = id
+		}
+		for _, p := range a.prefixes {
+			for _, ip := range pool.Expand(p) {
+				assigned[ip] = id
+			}
+		}
+	}
+	src.ENIs = slices.DeleteFunc(src.ENIs, func(e pool.ENI) bool {
+		_, ok := truth[e.ID]
+		if !ok {
+			r.detached = append(r.detached, e.ID)
+			r.reclaim = r.reclaim || e.Created
+		}
+		return !ok
+	})
+	src.SortENIs()
+	return assigned
 }
 
 // learnENI records what EC2 says about an attached ENI.
@@ -274,15 +280,4 @@ func learnENI(src *pool.EC2, e pool.ENI) {
 	if len(k.VPCCIDRs) == 0 {
 		k.VPCCIDRs = e.VPCCIDRs
 	}
-}
-
-// unmanagedList names the ENIs eni-cni keeps away from, for messages.
-func unmanagedList(src *pool.EC2) string {
-	var ids []string
-	for _, e := range src.ENIs {
-		if e.Unmanaged {
-			ids = append(ids, e.ID)
-		}
-	}
-	return strings.Join(ids, " ")
 }

@@ -80,13 +80,15 @@ func (w *Warmer) say(format string, args ...any) {
 	}
 }
 
-// warn is say for what an operator must not miss: it goes to the pass's
-// output and to the log (stderr, which the timer's journal keeps).
+// warn is say for what an operator must not miss: a WARN line in the log
+// (stderr, which the timer's journal keeps) when there is one, else a
+// WARNING line in the pass's output.
 func (w *Warmer) warn(format string, args ...any) {
-	w.say("WARNING: "+format, args...)
 	if w.Log != nil {
 		w.Log.Warn(fmt.Sprintf(format, args...))
+		return
 	}
+	w.say("WARNING: "+format, args...)
 }
 
 // view is a snapshot of the store taken under the lock.
@@ -117,7 +119,11 @@ func section(st *alloc.State) *pool.EC2 {
 // lock, and saves only if fn changed the section: a pass with nothing to
 // do writes nothing.
 func (w *Warmer) update(ctx context.Context, fn func(*alloc.State, *pool.EC2) error) error {
-	return w.Mgr.Update(ctx, func(st *alloc.State) (bool, error) {
+	return updateSection(ctx, w.Mgr, fn)
+}
+
+func updateSection(ctx context.Context, mgr *alloc.Manager, fn func(*alloc.State, *pool.EC2) error) error {
+	return mgr.Update(ctx, func(st *alloc.State) (bool, error) {
 		before, err := json.Marshal(st.EC2)
 		if err != nil {
 			return false, err
