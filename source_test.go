@@ -19,19 +19,31 @@ import (
 	"github.com/eni-cni/eni-cni/ec2/pool"
 )
 
-// newEC2Plugin is a plugin on the ec2 source whose IMDS is the fake.
-func newEC2Plugin(t *testing.T, imdsURL string) (*plugin, *alloc.MemStore) {
+// newEC2Plugin is a plugin on the ec2 source whose IMDS is the fake. Its
+// store is on disk in a temporary stateDir, under the real boot ID: in the
+// lean build ADD's IMDS reads run the full build as a child, which opens
+// the store of the config's stateDir and reads the boot ID itself.
+func newEC2Plugin(t *testing.T, imdsURL string) (*plugin, *alloc.DiskStore) {
 	t.Helper()
-	p, _, s := newTestPlugin(t, "10.99.0.0/24")
-	cfg, err := parseConfig([]byte(`{"cniVersion":"1.0.0","name":"pods","pool":{"source":"ec2"},"imdsEndpoint":"` + imdsURL + `"}`))
+	p, _, _ := newTestPlugin(t, "10.99.0.0/24")
+	dir := t.TempDir()
+	cfg, err := parseConfig([]byte(`{"cniVersion":"1.0.0","name":"pods","stateDir":"` + dir + `","pool":{"source":"ec2"},"imdsEndpoint":"` + imdsURL + `"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := alloc.NewDiskStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot, err := alloc.ReadBootID()
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.cfg = cfg
-	p.mgr.Pool = cfg.Pool
+	p.mgr.Pool, p.mgr.Store, p.mgr.BootID = cfg.Pool, store, boot
 	src := ec2Source{cfg: cfg, mgr: p.mgr}
 	p.source, p.mgr.Admit = src, src.admit
-	return p, s
+	return p, store
 }
 
 // seedPool gives the store an ec2 section of the fake's instance with
@@ -110,12 +122,13 @@ func TestEC2FirstAddOfBootWithoutIMDS(t *testing.T) {
 	f := startFake(t)
 	p, s := newEC2Plugin(t, "http://127.0.0.1:1")
 	seedPool(t, p, f, "old-boot", "10.0.0.50")
-	before := s.Bytes()
+	read := func() []byte { b, _ := os.ReadFile(s.Path()); return b }
+	before := read()
 	_, err := p.add(context.Background(), att("c1"))
 	if ce := toCNIError(err); ce == nil || ce.Code != types.ErrTryAgainLater || !strings.Contains(ce.Msg, "identity") {
 		t.Fatalf("err %v: want code 11 saying the identity could not be checked", err)
 	}
-	if !bytes.Equal(before, s.Bytes()) {
+	if !bytes.Equal(before, read()) {
 		t.Error("a refused ADD changed the store")
 	}
 }
