@@ -441,37 +441,42 @@ func TestFailedAttachCleansUpPastTheDeadline(t *testing.T) {
 	}
 }
 
+// TestSecondNetworkCard: an ENI on another network card (attached by
+// something else) is used with its own device index and table (numbered
+// as the VPC CNI does); warm itself attaches only on the default card,
+// which is what the type's maxPods counts on.
 func TestSecondNetworkCard(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "x.cards", Limits: map[string]ec2fake.Limits{"x.cards": {MaxENIs: 4, IPv4PerENI: 4, NetworkCards: 2}}},
+	e := newEnv(t, ec2fake.Config{InstanceType: "x.cards", Limits: map[string]ec2fake.Limits{"x.cards": {MaxENIs: 4, IPv4PerENI: 4, CardENIs: 2}}},
 		pool.WarmConfig{WarmIPTarget: 3})
-	if got := e.fillTo(t, 20); got != 12 {
-		t.Fatalf("%d pods, want 12 (4 ENIs on 2 cards x 3 addresses)\n%s", got, e.out)
+	other, err := e.fake.SeedENI(ec2fake.ENISpec{NetworkCard: 1, SecondaryIPCount: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.fillTo(t, 20); got != 9 {
+		t.Fatalf("%d pods, want 9 (3 on each of the 2 ENIs of card 0, 3 on the ENI of card 1)\n%s", got, e.out)
 	}
 	_, _, src := e.counts(t)
-	if len(src.Limits.Cards) != 2 {
-		t.Errorf("limits %+v", src.Limits)
+	s, _ := src.ENI(other.ID)
+	if s.NetworkCard != 1 || s.DeviceNumber != 0 || s.Table() != 10100 || s.Unverified {
+		t.Errorf("the card-1 ENI in the store: %+v (table %d)", s, s.Table())
 	}
-	tables := map[int]bool{}
-	for _, en := range src.ENIs {
-		tables[en.Table()] = true
-	}
-	for _, want := range []int{0, 2, 10100, 10101} {
-		if !tables[want] {
-			t.Errorf("no ENI with table %d: %+v", want, src.ENIs)
-		}
-	}
+	onCard := map[int]int{}
 	for _, en := range e.fake.ENIs() {
-		s, _ := src.ENI(en.ID)
-		if s.NetworkCard != en.NetworkCard || s.DeviceNumber != en.DeviceIndex {
-			t.Errorf("%s: store card %d device %d, EC2 card %d device %d", en.ID, s.NetworkCard, s.DeviceNumber, en.NetworkCard, en.DeviceIndex)
+		onCard[en.NetworkCard]++
+		st, _ := src.ENI(en.ID)
+		if st.NetworkCard != en.NetworkCard || st.DeviceNumber != en.DeviceIndex {
+			t.Errorf("%s: store card %d device %d, EC2 card %d device %d", en.ID, st.NetworkCard, st.DeviceNumber, en.NetworkCard, en.DeviceIndex)
 		}
+	}
+	if onCard[0] != 2 || onCard[1] != 1 {
+		t.Errorf("ENIs per card %v, want 2 on card 0 (warm's) and only the seeded one on card 1", onCard)
 	}
 	inst, err := Discover(context.Background(), e.w.MD)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(inst.ENIs) != 4 || inst.ENIs[2].NetworkCard != 1 || inst.ENIs[2].DeviceNumber != 0 {
-		t.Errorf("IMDS discovery of the cards: %+v", inst.ENIs)
+	if last := inst.ENIs[len(inst.ENIs)-1]; last.ID != other.ID || last.NetworkCard != 1 || last.DeviceNumber != 0 {
+		t.Errorf("IMDS discovery of the card: %+v", inst.ENIs)
 	}
 }
 
