@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -18,6 +19,8 @@ import (
 
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/gc"
+	"github.com/eni-cni/eni-cni/logfile"
+	"github.com/eni-cni/eni-cni/metrics"
 	"github.com/eni-cni/eni-cni/netsetup"
 )
 
@@ -62,11 +65,22 @@ type verbFunc func(ctx context.Context, p *plugin) (logAttrs []any, err error)
 // line and converts the error to a CNI error at this single boundary.
 func runVerb(verb string, args *skel.CmdArgs, fn verbFunc) error {
 	start := time.Now()
-	cfg, err := parseConfig(args.StdinData)
+	parse := parseConfig
+	if verb == "DEL" {
+		// DEL frees even when the entry has a key we do not know (a typo
+		// added while pods run): failing would leak their addresses.
+		parse = decodeConfig
+	}
+	cfg, err := parse(args.StdinData)
 	if err != nil {
 		return toCNIError(err)
 	}
-	logger := newLogger(cfg.LogFile, cfg.LogLevel)
+	logger := newLogger(cfg)
+	if verb == "DEL" {
+		if kerr := checkKeys(args.StdinData); kerr != nil {
+			logger.Warn(verb, "containerID", args.ContainerID, "warning", kerr.Error())
+		}
+	}
 	var attrs []any
 	p, err := newPlugin(cfg)
 	if err == nil {
@@ -75,8 +89,10 @@ func runVerb(verb string, args *skel.CmdArgs, fn verbFunc) error {
 	} else if verb == "STATUS" {
 		err = fmt.Errorf("%w: %w", errNotReady, err)
 	}
+	took := time.Since(start)
+	recordVerb(cfg, verb, err == nil, took)
 	base := []any{"network", cfg.Network, "containerID", args.ContainerID, "ifname", args.IfName,
-		"ms", float64(time.Since(start).Microseconds()) / 1000}
+		"ms", float64(took.Microseconds()) / 1000}
 	if err != nil {
 		logger.Error(verb, append(append(base, attrs...), "err", err)...)
 		return toCNIError(err)
@@ -100,7 +116,8 @@ func newPlugin(cfg *config) (*plugin, error) {
 	}
 	var src poolSource = staticSource{cfg.Pool}
 	if cfg.Source == sourceEC2 {
-		src = ec2Source{cfg: cfg, mgr: mgr}
+		ec2src := ec2Source{cfg: cfg, mgr: mgr}
+		src, mgr.Admit = ec2src, ec2src.admit
 	}
 	return newPluginWith(cfg, mgr, kernel{}, src), nil
 }
@@ -169,7 +186,13 @@ func cmdGC(args *skel.CmdArgs) error {
 			return nil, fmt.Errorf("%w: %v", errDecode, err)
 		}
 		live := gc.FromValidAttachments(p.cfg.Network, valid)
+		start := time.Now()
 		c, err := p.collect(ctx, live, gc.Options{Grace: p.cfg.GCGrace}, false, hostNetwork{p.cfg.VethPrefix})
+		u := metrics.RunUpdate{Job: "gc-verb", Start: start, Duration: time.Since(start), Err: err}
+		if c != nil {
+			u.Freed, u.Leftovers = len(c.Freed), c.Leftovers.Len()
+		}
+		p.recordJob(u, io.Discard)
 		if err != nil {
 			return nil, err
 		}
@@ -297,6 +320,7 @@ func toCNIError(err error) *types.Error {
 	case errors.Is(err, errNotReady):
 		code = types.ErrPluginNotAvailable
 	case errors.Is(err, alloc.ErrLockTimeout), errors.Is(err, alloc.ErrPoolExhausted), errors.Is(err, netsetup.ErrNoLink),
+		errors.Is(err, errIdentityUnchecked),
 		errors.Is(err, netsetup.ErrRouteTaken): // the address is given back; a retry takes another
 		code = types.ErrTryAgainLater
 	case errors.Is(err, errNoAllocation):
@@ -308,16 +332,16 @@ func toCNIError(err error) *types.Error {
 	return types.NewError(code, err.Error(), "")
 }
 
-// newLogger logs to the configured file, or to stderr (which runtimes
-// capture) when none is set or it cannot be opened. Stdout is reserved for
-// CNI results.
-func newLogger(path, level string) *slog.Logger {
+// newLogger logs to the configured file (size-capped, rotated), or to
+// stderr (which runtimes capture) when none is set or it cannot be opened.
+// Stdout is reserved for CNI results.
+func newLogger(cfg *config) *slog.Logger {
 	var lv slog.Level
-	_ = lv.UnmarshalText([]byte(strings.ToUpper(defaultString(level, "info"))))
-	out := os.Stderr
-	if path != "" {
-		if f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
-			out = f
+	_ = lv.UnmarshalText([]byte(strings.ToUpper(defaultString(cfg.LogLevel, "info"))))
+	var out io.Writer = os.Stderr
+	if cfg.LogFile != "" {
+		if w, err := logfile.Open(cfg.LogFile, cfg.LogMaxSize, cfg.LogMaxFiles); err == nil {
+			out = w
 		}
 	}
 	return slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: lv}))

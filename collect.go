@@ -215,6 +215,72 @@ func keyOf(a gc.Attachment) alloc.Key {
 	return alloc.Key{Network: a.Network, ContainerID: a.ContainerID, IfName: a.IfName}
 }
 
+// reportErr prints the report and returns err, which runGC built from the
+// per-item errors, or else the report's own error.
+func (c *collection) reportErr(w io.Writer, dryRun bool, err error) error {
+	rerr := c.report(w, dryRun)
+	if err != nil {
+		return err
+	}
+	return rerr
+}
+
+// gcReport is what `eni-cni gc --json` prints.
+type gcReport struct {
+	OK        bool      `json:"ok"`
+	DryRun    bool      `json:"dryRun"`
+	Freed     []gcFreed `json:"freed"`
+	Young     int       `json:"young"`
+	Alive     int       `json:"alive"`
+	Leftovers []string  `json:"leftovers"`
+	Warnings  []string  `json:"warnings,omitempty"`
+	Refused   string    `json:"refused,omitempty"`
+	Error     string    `json:"error,omitempty"`
+	Summary   string    `json:"summary,omitempty"`
+}
+
+// gcFreed is one freed attachment in gc --json.
+type gcFreed struct {
+	ContainerID  string  `json:"containerID"`
+	IfName       string  `json:"ifname"`
+	IP           string  `json:"ip"`
+	PodNamespace string  `json:"podNamespace,omitempty"`
+	PodName      string  `json:"podName,omitempty"`
+	Reason       string  `json:"reason"`
+	AgeSeconds   float64 `json:"ageSeconds"`
+}
+
+func gcReportOf(c *collection, err error, dryRun bool) gcReport {
+	r := gcReport{OK: err == nil, DryRun: dryRun, Freed: []gcFreed{}, Leftovers: []string{}}
+	if err != nil {
+		r.Error = err.Error()
+	}
+	if c == nil {
+		return r
+	}
+	for _, d := range c.Freed {
+		r.Freed = append(r.Freed, gcFreed{ContainerID: d.ContainerID, IfName: d.IfName, IP: d.IP.String(),
+			PodNamespace: d.PodNamespace, PodName: d.PodName, Reason: d.Reason, AgeSeconds: d.Age.Seconds()})
+	}
+	r.Young, r.Alive, r.Warnings = len(c.Plan.Young), len(c.Plan.Alive), c.Plan.Warnings
+	for _, v := range c.Leftovers.Veths {
+		r.Leftovers = append(r.Leftovers, "veth "+v)
+	}
+	for _, x := range c.Leftovers.Rules {
+		r.Leftovers = append(r.Leftovers, fmt.Sprintf("rule %s prio %d table %d", x.IP, x.Priority, x.Table))
+	}
+	for _, x := range c.Leftovers.Routes {
+		r.Leftovers = append(r.Leftovers, fmt.Sprintf("route %s dev %s", x.IP, x.Veth))
+	}
+	if c.Plan.Refused != nil {
+		r.Refused = c.Plan.Refused.Error()
+	}
+	summary := c.Plan
+	summary.Free = c.Freed
+	r.Summary = gc.Summary(summary, dryRun)
+	return r
+}
+
 // report prints one line per freed attachment and leftover, warnings and a
 // summary, and returns the per-item errors joined.
 func (c *collection) report(w io.Writer, dryRun bool) error {

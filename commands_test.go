@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
 )
@@ -66,8 +67,17 @@ func TestListJSON(t *testing.T) {
 		}
 	}
 	code, out, _ = run("list", "--conf-dir", confDir)
-	if code != 0 || !strings.Contains(out, "0123456789ab") || !strings.Contains(out, "default/web") || !strings.Contains(out, "total 6, free 5") {
-		t.Errorf("table output:\n%s", out)
+	lines := strings.Split(out, "\n")
+	if code != 0 || len(lines) < 4 || !strings.Contains(out, "total 6, free 5") {
+		t.Fatalf("table output:\n%s", out)
+	}
+	// Aligned: each column starts at the same offset in the header and rows.
+	head, row := lines[0], lines[1]
+	for _, col := range []struct{ name, value string }{{"POD", "web"}, {"NAMESPACE", "default"}, {"IP", "10.99.0."}, {"ENI", "-"}, {"AGE", "0s"}, {"CONTAINER", "0123456789ab"}, {"IFNAME", "eth0"}, {"HOST VETH", "eni123"}} {
+		i := strings.Index(head, col.name)
+		if i < 0 || !strings.HasPrefix(row[i:], col.value) {
+			t.Errorf("column %s: header %q, row %q", col.name, head, row)
+		}
 	}
 }
 
@@ -77,6 +87,8 @@ func TestStatusCommand(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "ready") {
 		t.Fatalf("exit %d: %s %s", code, out, errs)
 	}
+	// status is read-only: it left no state directory behind to write into.
+	os.MkdirAll(stateDir, 0o700)
 	os.WriteFile(filepath.Join(stateDir, alloc.StateFileName), []byte("{broken"), 0o600)
 	code, _, errs = run("status", "--conf-dir", confDir)
 	if code == 0 || !strings.Contains(errs, "cannot serve ADD") || !strings.Contains(errs, alloc.StateFileName) || strings.Count(errs, "\n") != 1 {
@@ -99,5 +111,30 @@ func TestCommandUsage(t *testing.T) {
 	}
 	if code, _, errs := run("list", "--conf-dir", t.TempDir()); code != 1 || !strings.Contains(errs, "no config") {
 		t.Errorf("no config: %d %q", code, errs)
+	}
+}
+
+func TestHumanAge(t *testing.T) {
+	for d, want := range map[time.Duration]string{-time.Second: "0s", 42 * time.Second: "42s", 192 * time.Second: "3m12s",
+		125 * time.Minute: "2h5m", 50 * time.Hour: "2d2h"} {
+		if got := humanAge(d); got != want {
+			t.Errorf("%v: %q, want %q", d, got, want)
+		}
+	}
+}
+
+func TestStatusJSON(t *testing.T) {
+	confDir, stateDir := writeConflist(t)
+	code, out, errs := run("status", "--conf-dir", confDir, "--json")
+	var r statusReport
+	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil || !r.Ready || r.Pool == nil || r.Pool.Total != 6 || r.Network != "pods" {
+		t.Fatalf("exit %d, %v: %s %s", code, err, out, errs)
+	}
+	os.MkdirAll(stateDir, 0o700)
+	os.WriteFile(filepath.Join(stateDir, alloc.StateFileName), []byte("{broken"), 0o600)
+	code, out, _ = run("status", "--conf-dir", confDir, "--json")
+	r = statusReport{}
+	if err := json.Unmarshal([]byte(out), &r); code == 0 || err != nil || r.Ready || !strings.Contains(r.Error, "cannot serve ADD") {
+		t.Errorf("corrupt store: exit %d, %v: %s", code, err, out)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -73,6 +74,9 @@ type netConf struct {
 	SNAT               bool     `json:"snat"`
 	LogFile            string   `json:"logFile"`
 	LogLevel           string   `json:"logLevel"`
+	LogMaxSizeMB       *float64 `json:"logMaxSizeMB"`
+	LogMaxFiles        *int     `json:"logMaxFiles"`
+	MetricsFile        string   `json:"metricsFile"`
 	HostVethPrefix     *string  `json:"hostVethPrefix"`
 	IMDSEndpoint       string   `json:"imdsEndpoint"`
 	EC2Endpoint        string   `json:"ec2Endpoint"`
@@ -95,6 +99,9 @@ type ec2Conf struct {
 	SubnetID         string            `json:"subnetID"`
 	SecurityGroupIDs []string          `json:"securityGroupIDs"`
 	Tags             map[string]string `json:"tags"`
+	// ExcludeIPs are addresses (or CIDRs) never handed to pods, though
+	// they are on an ENI eni-cni manages: a VIP, an Elastic IP's address.
+	ExcludeIPs []string `json:"excludeIPs"`
 }
 
 // config is the validated, typed form of netConf that the verbs use.
@@ -113,6 +120,11 @@ type config struct {
 	VethPrefix  string
 	LogFile     string
 	LogLevel    string
+	LogMaxSize  int64 // bytes; 0: no rotation
+	LogMaxFiles int   // rotated files kept
+	// MetricsFile is the node_exporter textfile ("" when off); see
+	// metricsPath for the default.
+	MetricsFile string
 	// ec2 source
 	Warm         pool.WarmConfig
 	IMDSEndpoint string
@@ -120,8 +132,22 @@ type config struct {
 	SNAT         bool
 }
 
-// parseConfig decodes and validates the plugin's configuration.
+// parseConfig decodes and validates the plugin's configuration, refusing
+// keys it does not know.
 func parseConfig(data []byte) (*config, error) {
+	c, err := decodeConfig(data)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkKeys(data); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// decodeConfig is parseConfig without the unknown-key check, for DEL: an
+// address must be freed even after a typo crept into the file.
+func decodeConfig(data []byte) (*config, error) {
 	var nc netConf
 	if err := json.Unmarshal(data, &nc); err != nil {
 		return nil, fmt.Errorf("%w: %v", errDecode, err)
@@ -176,10 +202,65 @@ func parseConfig(data []byte) (*config, error) {
 	default:
 		return nil, fmt.Errorf("%w: logLevel %q is not one of debug, info, warn, error", errInvalidConfig, c.LogLevel)
 	}
+	if err := c.parseLogAndMetrics(&nc); err != nil {
+		return nil, err
+	}
 	if err := c.parsePool(); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// Defaults of log rotation and metrics.
+const (
+	defaultLogMaxSizeMB = 10
+	defaultLogMaxFiles  = 3
+	// defaultTextfileDir is node_exporter's usual textfile-collector
+	// directory; metrics go there by default only if it exists.
+	defaultTextfileDir = "/var/lib/node_exporter/textfile_collector"
+	metricsOff         = "off"
+)
+
+func (c *config) parseLogAndMetrics(nc *netConf) error {
+	size := float64(defaultLogMaxSizeMB)
+	if nc.LogMaxSizeMB != nil {
+		size = *nc.LogMaxSizeMB
+	}
+	if size < 0 || size > 1<<20 {
+		return fmt.Errorf("%w: logMaxSizeMB %v is out of range (0 turns rotation off)", errInvalidConfig, size)
+	}
+	c.LogMaxSize = int64(size * (1 << 20))
+	c.LogMaxFiles = defaultLogMaxFiles
+	if nc.LogMaxFiles != nil {
+		c.LogMaxFiles = *nc.LogMaxFiles
+	}
+	if c.LogMaxFiles < 1 || c.LogMaxFiles > 100 {
+		return fmt.Errorf("%w: logMaxFiles %d must be 1-100", errInvalidConfig, c.LogMaxFiles)
+	}
+	if c.LogFile != "" && !filepath.IsAbs(c.LogFile) {
+		return fmt.Errorf("%w: logFile %q is not an absolute path", errInvalidConfig, c.LogFile)
+	}
+	c.MetricsFile = nc.MetricsFile
+	if c.MetricsFile != "" && c.MetricsFile != metricsOff && !filepath.IsAbs(c.MetricsFile) {
+		return fmt.Errorf("%w: metricsFile %q is not an absolute path (or %q)", errInvalidConfig, c.MetricsFile, metricsOff)
+	}
+	return nil
+}
+
+// metricsPath is where metrics are written: metricsFile, or else
+// eni-cni.prom in node_exporter's textfile directory when that exists; ""
+// when metrics are off.
+func (c *config) metricsPath() string {
+	switch c.MetricsFile {
+	case metricsOff:
+		return ""
+	case "":
+		if fi, err := os.Stat(defaultTextfileDir); err == nil && fi.IsDir() {
+			return filepath.Join(defaultTextfileDir, "eni-cni.prom")
+		}
+		return ""
+	}
+	return c.MetricsFile
 }
 
 func (c *config) parsePool() error {
@@ -195,8 +276,11 @@ func (c *config) parsePool() error {
 		c.Pool = ranges
 		return nil
 	case sourceEC2:
-		c.Pool = alloc.StoredPool{}
-		return c.parseEC2()
+		if err := c.parseEC2(); err != nil {
+			return err
+		}
+		c.Pool = alloc.StoredPool{Exclude: c.Warm.ExcludeIPs}
+		return nil
 	default:
 		return fmt.Errorf("%w: unknown pool.source %q (want %q or %q)", errInvalidConfig, c.Source, sourceEC2, sourceStatic)
 	}
@@ -240,6 +324,17 @@ func (c *config) parseEC2() error {
 	if w.Tags == nil {
 		w.Tags = top.Tags
 	}
+	excludes := inPool.ExcludeIPs
+	if excludes == nil {
+		excludes = top.ExcludeIPs
+	}
+	for _, x := range excludes {
+		p, err := parseExclude(x)
+		if err != nil {
+			return fmt.Errorf("%w: excludeIPs entry %q: %v", errInvalidConfig, x, err)
+		}
+		w.ExcludeIPs = append(w.ExcludeIPs, p)
+	}
 	if w.WarmIPTarget < 0 || w.MinimumIPTarget < 0 || w.MaxENIs < 0 {
 		return fmt.Errorf("%w: warmIPTarget, minimumIPTarget and maxENIs must not be negative", errInvalidConfig)
 	}
@@ -259,6 +354,25 @@ func (c *config) parseEC2() error {
 	c.Warm = w
 	c.IMDSEndpoint, c.EC2Endpoint, c.SNAT = c.conf.IMDSEndpoint, c.conf.EC2Endpoint, c.conf.SNAT
 	return nil
+}
+
+// parseExclude reads an excludeIPs entry: an IPv4 address or CIDR.
+func parseExclude(s string) (netip.Prefix, error) {
+	s = strings.TrimSpace(s)
+	if a, err := netip.ParseAddr(s); err == nil {
+		if !a.Is4() {
+			return netip.Prefix{}, fmt.Errorf("only IPv4 is supported")
+		}
+		return netip.PrefixFrom(a, 32), nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("neither an address nor a CIDR")
+	}
+	if !p.Addr().Is4() {
+		return netip.Prefix{}, fmt.Errorf("only IPv4 is supported")
+	}
+	return p.Masked(), nil
 }
 
 // pick returns the first value given, else def.

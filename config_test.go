@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/eni-cni/eni-cni/alloc"
 )
 
 func TestParseConfigDefaults(t *testing.T) {
@@ -50,6 +53,9 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad subnet", `{"name":"n","pool":{"source":"ec2","subnetID":"10.0.0.0/24"}}`, types.ErrInvalidNetworkConfig, "subnetID"},
 		{"bad sg", `{"name":"n","securityGroupIDs":["default"]}`, types.ErrInvalidNetworkConfig, "securityGroupIDs"},
 		{"aws tag", `{"name":"n","pool":{"tags":{"aws:x":"1"}}}`, types.ErrInvalidNetworkConfig, "tag key"},
+		{"bad exclude", `{"name":"n","pool":{"excludeIPs":["10.0.0.300"]}}`, types.ErrInvalidNetworkConfig, `excludeIPs entry "10.0.0.300"`},
+		{"ipv6 exclude", `{"name":"n","pool":{"excludeIPs":["fd00::1"]}}`, types.ErrInvalidNetworkConfig, "only IPv4"},
+		{"exclude type", `{"name":"n","pool":{"excludeIPs":"10.0.0.5"}}`, types.ErrDecodingFailure, "excludeIPs"},
 		{"warm target type", `{"name":"n","pool":{"warmIPTarget":"5"}}`, types.ErrDecodingFailure, "warmIPTarget"},
 		{"bad range", `{"name":"n","pool":{"source":"static","ranges":["10.0.0.300/24"]}}`, types.ErrInvalidNetworkConfig, "10.0.0.300/24"},
 		{"no ranges", `{"name":"n","pool":{"source":"static"}}`, types.ErrInvalidNetworkConfig, "no ranges"},
@@ -172,5 +178,15 @@ func TestParseConfigEC2(t *testing.T) {
 	if w.WarmIPTarget != 7 || w.MinimumIPTarget != 10 || w.MaxENIs != 9 || !w.PrefixDelegation || w.SubnetID != "subnet-1" ||
 		len(w.SecurityGroupIDs) != 2 || w.Tags["team"] != "net" || c.IMDSEndpoint != "http://127.0.0.1:9" || !c.SNAT {
 		t.Errorf("ec2 keys: %+v %+v", w, c)
+	}
+	c, err = parseConfig([]byte(`{"name":"pods","excludeIPs":["10.0.9.9"],"pool":{"excludeIPs":["10.0.0.5"," 10.0.1.0/28","10.0.2.7/24"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(c.Warm.ExcludeIPs); got != "[10.0.0.5/32 10.0.1.0/28 10.0.2.0/24]" {
+		t.Errorf("excludeIPs %s (pool wins over the top level)", got)
+	}
+	if sp, ok := c.Pool.(alloc.StoredPool); !ok || len(sp.Exclude) != 3 {
+		t.Errorf("the pool does not exclude them: %#v", c.Pool)
 	}
 }

@@ -3,13 +3,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/gofrs/flock"
@@ -19,6 +22,7 @@ import (
 	"github.com/eni-cni/eni-cni/ec2/pool"
 	"github.com/eni-cni/eni-cni/gc"
 	"github.com/eni-cni/eni-cni/gc/cri"
+	"github.com/eni-cni/eni-cni/metrics"
 	"github.com/eni-cni/eni-cni/netsetup"
 	"github.com/eni-cni/eni-cni/netsetup/snat"
 )
@@ -41,20 +45,37 @@ func runFull(cmd string, args []string, stdout, stderr io.Writer) error {
 		return cmdRepairCLI(args, stdout, stderr)
 	case "internal":
 		return cmdInternal(args, os.Stdin, stdout)
+	case "max-pods":
+		return cmdMaxPodsCLI(args, stdout, stderr)
+	case "doctor":
+		return cmdDoctorCLI(args, stdout, stderr)
 	}
 	return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
 }
 
-// imdsRefresh merges what IMDS lists into the store; ADD calls it once when
+// imdsRefresh checks the instance's identity and merges what IMDS lists
+// into the store; ADD calls it on the first allocation of a boot and when
 // the pool is empty.
-func imdsRefresh(ctx context.Context, cfg *config, mgr *alloc.Manager) (int, error) {
-	_, added, err := ec2.Refresh(ctx, mgr, ec2.NewQuickMetadataClient(cfg.IMDSEndpoint), time.Now())
-	return added, err
+func imdsRefresh(ctx context.Context, cfg *config, mgr *alloc.Manager) (internalResult, error) {
+	r, err := ec2.Refresh(ctx, mgr, ec2.NewQuickMetadataClient(cfg.IMDSEndpoint), time.Now())
+	if err != nil {
+		return internalResult{}, ec2.ExplainIMDS(err, cfg.IMDSEndpoint)
+	}
+	return internalResult{Added: r.Added, Dropped: r.Dropped, InstanceID: r.Instance.ID}, nil
 }
 
 // imdsCheck reports whether IMDS can be read (STATUS on an empty pool).
 func imdsCheck(ctx context.Context, cfg *config) error {
 	_, err := ec2.Discover(ctx, ec2.NewQuickMetadataClient(cfg.IMDSEndpoint))
+	return ec2.ExplainIMDS(err, cfg.IMDSEndpoint)
+}
+
+// explainIMDS adds the likely causes to an error from reading IMDS, and
+// leaves other errors (EC2, the store) as they are.
+func explainIMDS(err error, cfg *config) error {
+	if errors.Is(err, ec2.ErrIMDS) {
+		return ec2.ExplainIMDS(err, cfg.IMDSEndpoint)
+	}
 	return err
 }
 
@@ -82,24 +103,69 @@ func cmdInternal(args []string, stdin io.Reader, stdout io.Writer) error {
 	defer cancel()
 	switch args[0] {
 	case "imds-refresh":
-		n, err := imdsRefresh(ctx, cfg, p.mgr)
+		r, err := imdsRefresh(ctx, cfg, p.mgr)
 		if err != nil {
 			return err
 		}
-		return json.NewEncoder(stdout).Encode(internalResult{Added: n})
+		return json.NewEncoder(stdout).Encode(r)
 	case "imds-check":
 		return imdsCheck(ctx, cfg)
 	}
 	return fmt.Errorf("%w: unknown internal command %q", errUsage, args[0])
 }
 
-// eniHost sets up the ENIs that warm attaches.
-type eniHost struct{ mtu int }
+// eniHost is the node side of warm: it sets up the ENIs warm attaches and
+// re-asserts, every pass, each ENI's link and table and each pod's rules.
+type eniHost struct {
+	mtu  int
+	snat bool
+}
 
-func (h eniHost) SetupENI(ctx context.Context, e ec2.ENIState) error {
+func (h eniHost) link(e pool.ENI) netsetup.ENILink {
+	return netsetup.ENILink{MAC: e.MAC, MTU: h.mtu, Table: e.Table(), SubnetCIDR: e.SubnetCIDR, Gateway: e.Gateway()}
+}
+
+func (h eniHost) SetupENI(ctx context.Context, e pool.ENI) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	return netsetup.WaitENI(ctx, netsetup.ENILink{MAC: e.MAC, MTU: h.mtu, Table: e.Table(), SubnetCIDR: e.SubnetCIDR, Gateway: e.Gateway()})
+	return netsetup.WaitENI(ctx, h.link(e))
+}
+
+// Reassert puts back what the node lost. An ENI whose link is missing (not
+// yet appeared, or detached) is reported, and the rest still done.
+func (h eniHost) Reassert(_ context.Context, enis []pool.ENI, pods []alloc.Allocation) (ec2.HostReport, error) {
+	var rep ec2.HostReport
+	var errs []error
+	byID := map[string]pool.ENI{}
+	for _, e := range enis {
+		byID[e.ID] = e
+		if e.Table() == 0 {
+			continue // the primary ENI is the node's own: its owner sets it up
+		}
+		r, err := netsetup.ReassertENI(h.link(e))
+		switch {
+		case errors.Is(err, netsetup.ErrNoLink):
+			rep.Missing = append(rep.Missing, fmt.Sprintf("%s (%s)", e.ID, e.MAC))
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s (%s): %w", e.ID, e.MAC, err))
+		case r != "":
+			rep.Repaired = append(rep.Repaired, r)
+		}
+	}
+	rules := make([]netsetup.PodRules, 0, len(pods))
+	for _, a := range pods {
+		pr := netsetup.PodRules{IP: a.IP}
+		if e, ok := byID[a.ENI]; ok && e.Table() != 0 {
+			pr.Table = e.Table()
+			if h.snat {
+				pr.FromDsts = e.VPCCIDRs
+			}
+		}
+		rules = append(rules, pr)
+	}
+	r, err := netsetup.ReassertPodRules(rules)
+	rep.Repaired = append(rep.Repaired, r...)
+	return rep, errors.Join(append(errs, err)...)
 }
 
 func cmdGCCLI(args []string, stdout, stderr io.Writer) error {
@@ -109,6 +175,7 @@ func cmdGCCLI(args []string, stdout, stderr io.Writer) error {
 	dryRun := f.fs.Bool("dry-run", false, "print what would be freed and change nothing")
 	force := f.fs.Bool("force", false, "free old allocations even when the runtime lists no sandbox at all")
 	timeout := f.fs.Duration("timeout", cri.DefaultTimeout, "timeout of each CRI call")
+	asJSON := f.fs.Bool("json", false, "print the outcome as JSON")
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -125,20 +192,45 @@ func cmdGCCLI(args []string, stdout, stderr io.Writer) error {
 			opts.Grace = *grace
 		}
 	})
-	ctx := context.Background()
-	live, err := listRuntime(ctx, *endpoint, *timeout)
-	if err != nil {
-		return err
+	start := time.Now()
+	c, err := runGC(context.Background(), p, *endpoint, *timeout, opts, *dryRun)
+	if !*dryRun {
+		u := metrics.RunUpdate{Job: "gc", Start: start, Duration: time.Since(start), Err: err}
+		if c != nil {
+			u.Freed, u.Leftovers = len(c.Freed), c.Leftovers.Len()
+		}
+		p.recordJob(u, stderr)
 	}
-	c, err := p.collect(ctx, live, opts, *dryRun, hostNetwork{p.cfg.VethPrefix})
+	if *asJSON {
+		if jerr := printJSON(stdout, gcReportOf(c, err, *dryRun)); jerr != nil {
+			return jerr
+		}
+		if err != nil {
+			return errReported{err}
+		}
+		return nil
+	}
 	if c == nil {
 		return err
 	}
-	rerr := c.report(stdout, *dryRun)
+	return c.reportErr(stdout, *dryRun, err)
+}
+
+// runGC lists the runtime's sandboxes and collects. c is nil when nothing
+// was planned; err includes the per-item errors.
+func runGC(ctx context.Context, p *plugin, endpoint string, timeout time.Duration, opts gc.Options, dryRun bool) (*collection, error) {
+	live, err := listRuntime(ctx, endpoint, timeout)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return rerr
+	c, err := p.collect(ctx, live, opts, dryRun, hostNetwork{p.cfg.VethPrefix})
+	if c == nil || err != nil {
+		return c, err
+	}
+	if len(c.Errors) > 0 {
+		return c, fmt.Errorf("gc: %d errors: %w", len(c.Errors), errors.Join(c.Errors...))
+	}
+	return c, nil
 }
 
 // listRuntime asks the CRI runtime which sandboxes exist. It runs before
@@ -162,6 +254,7 @@ const warmTimeout = 5 * time.Minute
 
 func cmdWarmCLI(args []string, stdout, stderr io.Writer) error {
 	f := newFlags("warm", stderr)
+	asJSON := f.fs.Bool("json", false, "print the outcome as JSON (the actions, the pool, the error)")
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -169,84 +262,136 @@ func cmdWarmCLI(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	out := stdout
+	var lines bytes.Buffer
+	if *asJSON {
+		out = &lines
+	}
+	start := time.Now()
+	calls := ec2.NewCallCounter()
+	ran, err := warmPass(p, out, calls)
+	if ran {
+		u := metrics.RunUpdate{Job: "warm", Start: start, Duration: time.Since(start), Err: err, EC2: map[string]metrics.APICalls{}}
+		n, e := calls.Counts()
+		for api, c := range n {
+			u.EC2[api] = metrics.APICalls{Calls: c, Errors: e[api]}
+		}
+		p.recordJob(u, stderr)
+	}
+	if !*asJSON {
+		return err
+	}
+	r := warmReport{OK: err == nil, Actions: nonEmptyLines(lines.String())}
+	if err != nil {
+		r.Error = err.Error()
+	}
+	if _, c, perr := p.mgr.Peek(); perr == nil {
+		r.Pool = &c
+	}
+	if jerr := printJSON(stdout, r); jerr != nil {
+		return jerr
+	}
+	if err != nil {
+		return errReported{err}
+	}
+	return nil
+}
+
+// warmReport is what `eni-cni warm --json` prints.
+type warmReport struct {
+	OK      bool          `json:"ok"`
+	Actions []string      `json:"actions"`
+	Pool    *alloc.Counts `json:"pool,omitempty"`
+	Error   string        `json:"error,omitempty"`
+}
+
+func nonEmptyLines(s string) []string {
+	out := []string{}
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// warmPass runs one warm pass; ran is false when there was nothing to run
+// (a static pool, another pass running).
+func warmPass(p *plugin, stdout io.Writer, calls *ec2.CallCounter) (ran bool, err error) {
 	if p.cfg.Source != sourceEC2 {
 		fmt.Fprintf(stdout, "warm: network %q uses a %s pool; nothing to do\n", p.cfg.Network, p.cfg.Source)
-		return nil
+		return false, nil
+	}
+	if err := os.MkdirAll(p.cfg.StateDir, 0o700); err != nil {
+		return false, fmt.Errorf("warm: create state directory: %w", err)
 	}
 	// One pass at a time per node: cron may start a pass while a slow one
 	// still runs, and two passes would both fill the same shortfall.
 	busy := flock.New(filepath.Join(p.cfg.StateDir, "warm.lock"), flock.SetPermissions(0o600))
 	if ok, err := busy.TryLock(); err != nil {
-		return fmt.Errorf("warm: lock %s: %w", busy.Path(), err)
+		return false, fmt.Errorf("warm: lock %s: %w", busy.Path(), err)
 	} else if !ok {
 		fmt.Fprintf(stdout, "warm: another pass is running (%s); skipped\n", busy.Path())
-		return nil
+		return false, nil
 	}
 	defer busy.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
 	defer cancel()
 	md := ec2.NewMetadataClient(p.cfg.IMDSEndpoint)
-	w := &ec2.Warmer{Mgr: p.mgr, MD: md, Host: eniHost{mtu: p.cfg.MTU}, Cfg: p.cfg.Warm, Out: stdout}
-	region, err := regionOf(ctx, p.mgr, md, stdout)
+	// IMDS first, every pass: the region for the EC2 client comes from the
+	// instance itself, never from a store that may be another instance's.
+	inst, err := ec2.Discover(ctx, md)
 	if err != nil {
-		return fmt.Errorf("warm: %w", err)
+		return true, fmt.Errorf("warm: %w", explainIMDS(err, p.cfg))
 	}
-	w.API = ec2.NewAPI(p.cfg.EC2Endpoint, region, md)
-	if err := w.Run(ctx); err != nil {
-		return fmt.Errorf("warm: %w", err)
+	w := &ec2.Warmer{
+		Mgr: p.mgr, MD: md, API: ec2.NewAPI(p.cfg.EC2Endpoint, inst.Region(), md, calls.Option()),
+		Host: eniHost{mtu: p.cfg.MTU, snat: p.cfg.SNAT}, Cfg: p.cfg.Warm, Out: stdout,
 	}
-	if p.cfg.SNAT {
-		return ensureSNAT(ctx, p.mgr, stdout)
+	err = w.RunWith(ctx, inst)
+	if serr := syncSNAT(ctx, p, stdout); serr != nil {
+		err = errors.Join(err, serr)
 	}
-	return nil
+	if err != nil {
+		return true, fmt.Errorf("warm: %w", explainIMDS(err, p.cfg))
+	}
+	return true, nil
 }
 
-// ensureSNAT keeps the node's SNAT rules for pod traffic leaving the VPC in
-// place; warm runs it every pass, so a flushed nat table heals itself.
-func ensureSNAT(ctx context.Context, mgr *alloc.Manager, stdout io.Writer) error {
-	st, _, err := mgr.Snapshot(ctx)
+// syncSNAT keeps the node's SNAT chain as the config says, every pass:
+// with snat on it is made to match the pool (a flushed nat table heals
+// itself); with snat off a chain left from before is removed.
+func syncSNAT(ctx context.Context, p *plugin, stdout io.Writer) error {
+	if !p.cfg.SNAT {
+		// Only a chain this boot installed can exist (the nat table does
+		// not survive a reboot): nodes without snat need no iptables.
+		st, _, err := p.mgr.Snapshot(ctx)
+		if err != nil || st.EC2 == nil || st.EC2.SNATBoot != p.mgr.BootID {
+			return err
+		}
+		changed, err := snat.Remove()
+		if err != nil {
+			return fmt.Errorf("snat off: %w", err)
+		}
+		if changed {
+			fmt.Fprintf(stdout, "warm: snat is off: chain %s and its jump removed\n", snat.Chain)
+		}
+		return markSNAT(ctx, p.mgr, false)
+	}
+	st, _, err := p.mgr.Snapshot(ctx)
 	if err != nil {
 		return err
 	}
-	src, err := pool.LoadSource(st)
+	spec, err := snatSpec(st.EC2, p.cfg.Warm.ExcludeIPs)
 	if err != nil {
 		return err
 	}
-	if len(src.ENIs) == 0 {
-		return fmt.Errorf("warm: snat: no ENI discovered yet")
-	}
-	primary := src.ENIs[0]
-	changed, err := snat.Ensure(primary.VPCCIDRs, primary.PrimaryIP)
+	changed, err := snat.Ensure(spec)
 	if err != nil {
-		return fmt.Errorf("warm: snat: %w", err)
+		return fmt.Errorf("snat: %w", err)
 	}
 	if changed {
-		fmt.Fprintf(stdout, "warm: snat: traffic leaving %v now leaves as %s (chain %s)\n", primary.VPCCIDRs, primary.PrimaryIP, snat.Chain)
+		fmt.Fprintf(stdout, "warm: snat: traffic of pods in %v leaving %v now leaves as %s (chain %s)\n", spec.PodNets, spec.VPCCIDRs, spec.PrimaryIP, snat.Chain)
 	}
-	return nil
-}
-
-// regionOf returns the region from the store, discovering the instance
-// through IMDS first on a node that never ran warm.
-func regionOf(ctx context.Context, mgr *alloc.Manager, md ec2.Metadata, out io.Writer) (string, error) {
-	st, _, err := mgr.Snapshot(ctx)
-	if err != nil {
-		return "", err
-	}
-	src, err := pool.LoadSource(st)
-	if err != nil {
-		return "", err
-	}
-	if src.AZ == "" {
-		inst, added, err := ec2.Refresh(ctx, mgr, md, time.Now())
-		if err != nil {
-			return "", err
-		}
-		fmt.Fprintf(out, "warm: discovered %s (%s) with %d ENIs; %d addresses added to the pool\n", inst.ID, inst.Type, len(inst.ENIs), added)
-		return inst.Region(), nil
-	}
-	if src.Region != "" {
-		return src.Region, nil
-	}
-	return (&ec2.Instance{AZ: src.AZ}).Region(), nil
+	return markSNAT(ctx, p.mgr, true)
 }

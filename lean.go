@@ -42,22 +42,28 @@ var fullDigest string
 const defaultCacheDir = "/var/lib/eni-cni/.bin"
 
 // fullExecutable returns a path of the full build the kernel can exec: the
-// cached copy, written once per build, or else an in-memory file.
-func fullExecutable() (string, error) {
+// cached copy, written once per build, or else an in-memory file. readOnly
+// commands (status, doctor, max-pods) use the cache only if it is already
+// there: they must not create /var/lib/eni-cni on a node that never ran
+// the plugin.
+func fullExecutable(readOnly bool) (string, error) {
 	if len(fullBinary) == 0 {
 		return "", fmt.Errorf("this eni-cni was built without its full build embedded (use make build)")
 	}
-	if path, err := cachedFull(); err == nil {
+	if path, err := cachedFull(readOnly); err == nil {
 		return path, nil
 	}
 	return memfdFull()
 }
 
+// readOnlyCommands are the delegated commands that write nothing.
+var readOnlyCommands = map[string]bool{"doctor": true, "max-pods": true, "imds-check": true}
+
 // cachedFull returns the cached full build, writing it first if needed.
 // The name carries the build's digest, so an upgrade never runs an old one;
 // the file is written to a temporary name and renamed, so a crash never
 // leaves a truncated one under the final name.
-func cachedFull() (path string, err error) {
+func cachedFull(readOnly bool) (path string, err error) {
 	dir := os.Getenv("ENI_CNI_CACHE_DIR")
 	if dir == "" {
 		dir = defaultCacheDir
@@ -69,6 +75,9 @@ func cachedFull() (path string, err error) {
 	path = filepath.Join(dir, "eni-cni-full-"+digest[:16])
 	if fi, err := os.Stat(path); err == nil && fi.Size() == int64(len(fullBinary)) && fi.Mode().Perm() == 0o700 {
 		return path, nil
+	}
+	if readOnly {
+		return "", fmt.Errorf("no cached full build")
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
@@ -119,7 +128,7 @@ func memfdFull() (string, error) {
 // runFull replaces this process with the full build running the same
 // subcommand, so exit code, stdout and stderr are the full build's own.
 func runFull(cmd string, args []string, _, _ io.Writer) error {
-	path, err := fullExecutable()
+	path, err := fullExecutable(readOnlyCommands[cmd])
 	if err != nil {
 		return err
 	}
@@ -138,7 +147,7 @@ func runFull(cmd string, args []string, _, _ io.Writer) error {
 // runInternal runs `eni-cni internal <what>` of the full build as a child,
 // with the plugin configuration on stdin, and decodes its JSON answer.
 func runInternal(ctx context.Context, cfg *config, what string, out any) error {
-	path, err := fullExecutable()
+	path, err := fullExecutable(readOnlyCommands[what])
 	if err != nil {
 		return err
 	}
@@ -175,12 +184,10 @@ func withoutCNI(env []string) []string {
 	return out
 }
 
-func imdsRefresh(ctx context.Context, cfg *config, _ *alloc.Manager) (int, error) {
+func imdsRefresh(ctx context.Context, cfg *config, _ *alloc.Manager) (internalResult, error) {
 	var r internalResult
-	if err := runInternal(ctx, cfg, "imds-refresh", &r); err != nil {
-		return 0, err
-	}
-	return r.Added, nil
+	err := runInternal(ctx, cfg, "imds-refresh", &r)
+	return r, err
 }
 
 func imdsCheck(ctx context.Context, cfg *config) error {

@@ -14,6 +14,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/ec2/pool"
 	"github.com/eni-cni/eni-cni/netsetup"
 )
 
@@ -144,8 +145,15 @@ func (p *plugin) podSpec(a alloc.Allocation, netns string, r podRouting) netsetu
 
 // allocate takes an address; when the pool is empty it lets the source
 // look once for addresses the store does not know yet (IMDS), then retries.
-func (p *plugin) allocate(ctx context.Context, req alloc.Request) (alloc.Allocation, bool, []byte, error) {
+func (p *plugin) allocate(ctx context.Context, req alloc.Request) (alloc.Allocation, bool, *pool.EC2, error) {
 	a, existed, source, err := p.mgr.AllocateWithSource(ctx, req)
+	if errors.Is(err, errIdentityUnchecked) {
+		// First ADD of a boot: compare the store with IMDS, then retry.
+		if _, rerr := p.source.refresh(ctx); rerr != nil {
+			return a, existed, source, fmt.Errorf("%w (%w)", err, rerr)
+		}
+		a, existed, source, err = p.mgr.AllocateWithSource(ctx, req)
+	}
 	if !errors.Is(err, alloc.ErrPoolExhausted) {
 		return a, existed, source, err
 	}
@@ -168,7 +176,7 @@ func (p *plugin) add(ctx context.Context, at attachment) (*current.Result, error
 	if err != nil {
 		return nil, err
 	}
-	routing, err := p.source.prepare(a, source)
+	routing, err := p.source.prepare(ctx, a, source)
 	if err != nil {
 		return nil, p.undo(ctx, at, a, existed, err)
 	}

@@ -199,7 +199,7 @@ func (p *plugin) repair(ctx context.Context, store repairStore, o repairOptions,
 	if err != nil {
 		return err
 	}
-	if o.Discover != nil && p.cfg.Source == sourceEC2 && len(base.Pool) == 0 {
+	if o.Discover != nil && p.cfg.Source == sourceEC2 && (base.EC2 == nil || len(base.EC2.Addrs) == 0) {
 		msg, err := o.Discover(ctx, base)
 		if err != nil {
 			fmt.Fprintf(out, "repair: warning: the ec2 pool could not be read from IMDS (%v); `eni-cni warm` fills it later\n", err)
@@ -281,17 +281,24 @@ func (p *plugin) repairBase(store repairStore, force bool, out io.Writer) (st *a
 	// This network's allocations come from the node; other networks'
 	// (a shared stateDir) are kept as salvaged.
 	salvaged.Allocations = slices.DeleteFunc(salvaged.Allocations, func(a alloc.Allocation) bool { return a.Network == p.cfg.Network })
+	poolSize := 0
+	if salvaged.EC2 != nil {
+		poolSize = len(salvaged.EC2.Addrs)
+	}
 	fmt.Fprintf(out, "repair: salvaged %d addresses of the pool, %d cooling, %d allocations of other networks\n",
-		len(salvaged.Pool), len(salvaged.Cooling), len(salvaged.Allocations))
+		poolSize, len(salvaged.Cooling), len(salvaged.Allocations))
 	salvaged.Version, salvaged.BootID = alloc.SchemaVersion, p.mgr.BootID
 	return salvaged, true, nil
 }
 
-// eniOf is the ENI that holds ip according to the pool, or "".
+// eniOf is the ENI that holds ip according to the ec2 pool, or "".
 func eniOf(st *alloc.State, ip netip.Addr) string {
-	for _, pa := range st.Pool {
-		if pa.IP == ip {
-			return pa.ENI
+	if st.EC2 == nil {
+		return ""
+	}
+	for _, a := range st.EC2.Addrs {
+		if a.IP == ip {
+			return a.ENI
 		}
 	}
 	return ""

@@ -68,6 +68,8 @@ func listSandboxes(ctx context.Context, endpoint string, timeout time.Duration) 
 
 // discoverPool fills an ec2 pool lost with the state from IMDS (what is
 // assigned to the node's ENIs), so repaired allocations know their ENI.
+// Which addresses are eni-cni's to give back, and which ENIs it may use,
+// the next warm pass learns from EC2 as for any new section.
 func (p *plugin) discoverPool(ctx context.Context, st *alloc.State) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -75,13 +77,10 @@ func (p *plugin) discoverPool(ctx context.Context, st *alloc.State) (string, err
 	if err != nil {
 		return "", err
 	}
-	src, err := pool.LoadSource(st)
-	if err != nil {
-		src = &pool.SourceState{}
-	}
-	n := pool.Merge(st, src, inst, time.Now())
-	if err := pool.SaveSource(st, src); err != nil {
-		return "", err
-	}
+	// A fresh section: what IMDS lists now is this instance's (ENIs other
+	// than the primary stay unverified until warm has read their tags).
+	st.EC2 = &pool.EC2{}
+	pool.Reconcile(st.EC2, inst, time.Now())
+	n := len(st.EC2.Addrs)
 	return fmt.Sprintf("read the ec2 pool from IMDS: %s (%s), %d ENIs, %d addresses", inst.ID, inst.Type, len(inst.ENIs), n), nil
 }

@@ -38,6 +38,9 @@ func newRepairNode(t *testing.T) *repairNode {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	store, err := alloc.NewDiskStore(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -145,11 +148,11 @@ func TestRepairLostState(t *testing.T) {
 // this network's allocations come from the node.
 func TestRepairCorruptState(t *testing.T) {
 	n := newRepairNode(t)
-	bad := []byte(`{"version":1,"allocations":[` +
+	bad := []byte(`{"version":2,"allocations":[` +
 		`{"network":"pods","containerID":"stale","ifname":"eth0","ip":"10.99.0.9","hostVeth":"eniold"},` +
 		`{"network":"other","containerID":"o1","ifname":"eth0","ip":"172.16.0.5","hostVeth":"enio1"},` +
 		`{"network":"other","containerID":"o2","ifname":"eth0","ip":"172.16.0.5","hostVeth":"enio2"}],` +
-		`"cooling":[{"ip":"10.99.0.50","until":"2026-05-01T00:00:10Z"}],"lastIP":"10.99.0.40","pool":"oops"}`)
+		`"cooling":[{"ip":"10.99.0.50","until":"2026-05-01T00:00:10Z"}],"lastIP":"10.99.0.40","ec2":"oops"}`)
 	if err := os.WriteFile(n.store.Path(), bad, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +183,7 @@ func TestRepairCorruptState(t *testing.T) {
 	if st.LastIP.String() != "10.99.0.40" || len(st.Cooling) != 2 {
 		t.Errorf("salvaged lastIP %s, cooling %+v", st.LastIP, st.Cooling)
 	}
-	for _, want := range []string{"state file is corrupt", "kept the old state file as", "allocation 2 dropped", "pool dropped: not a list", "salvaged 0 addresses of the pool, 1 cooling, 1 allocations of other networks"} {
+	for _, want := range []string{"state file is corrupt", "kept the old state file as", "allocation 2 dropped", "ec2 section dropped", "salvaged 0 addresses of the pool, 1 cooling, 1 allocations of other networks"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

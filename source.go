@@ -2,24 +2,27 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2/pool"
 	"github.com/eni-cni/eni-cni/netsetup"
+	"github.com/eni-cni/eni-cni/netsetup/snat"
 )
 
 // poolSource is what differs between pool sources when serving CNI verbs.
 type poolSource interface {
 	// prepare readies the node for address a (for ec2: its ENI's link and
-	// route table) and says how the pod's traffic is routed. source is
-	// State.Source as read with the allocation.
-	prepare(a alloc.Allocation, source []byte) (podRouting, error)
+	// route table) and says how the pod's traffic is routed. sec is the
+	// state's ec2 section as read with the allocation (nil if none).
+	prepare(ctx context.Context, a alloc.Allocation, sec *pool.EC2) (podRouting, error)
 	// routing is prepare without changing anything, for CHECK; an error
 	// means the routing cannot be known (CHECK fails rather than skip).
-	routing(a alloc.Allocation, source []byte) (podRouting, error)
+	routing(a alloc.Allocation, sec *pool.EC2) (podRouting, error)
 	// refresh looks for addresses the store does not know yet, once, when
 	// the pool is empty; it returns how many it added.
 	refresh(ctx context.Context) (int, error)
@@ -40,8 +43,10 @@ type podRouting struct {
 // staticSource is a pool of configured ranges on the node's own network.
 type staticSource struct{ pool alloc.Pool }
 
-func (s staticSource) prepare(alloc.Allocation, []byte) (podRouting, error) { return podRouting{}, nil }
-func (s staticSource) routing(alloc.Allocation, []byte) (podRouting, error) {
+func (s staticSource) prepare(context.Context, alloc.Allocation, *pool.EC2) (podRouting, error) {
+	return podRouting{}, nil
+}
+func (s staticSource) routing(alloc.Allocation, *pool.EC2) (podRouting, error) {
 	return podRouting{}, nil
 }
 func (s staticSource) refresh(context.Context) (int, error) { return 0, nil }
@@ -54,26 +59,41 @@ func (s staticSource) ready(_ context.Context, st *alloc.State) error {
 }
 
 // ec2Source hands out the ENI secondary addresses `eni-cni warm` put in the
-// store. ADD never calls EC2; it may read IMDS once when the pool is empty.
+// store. ADD never calls EC2; it reads IMDS on the first allocation of a
+// boot (to check the store describes this instance) and when the pool is
+// empty.
 type ec2Source struct {
 	cfg *config
 	mgr *alloc.Manager
 }
 
-func (s ec2Source) eni(a alloc.Allocation, source []byte) (pool.ENIState, error) {
-	src, err := pool.LoadSource(&alloc.State{Source: source})
-	if err != nil {
-		return pool.ENIState{}, err
+// errIdentityUnchecked: the store has not been compared with IMDS in this
+// boot. Its disk may come from another instance (a node image baked after
+// install): handing out its addresses would duplicate that instance's.
+var errIdentityUnchecked = errors.New("the instance identity has not been checked against IMDS since boot")
+
+// admit is the allocator's Admit hook: no address of a store whose
+// instance this boot has not checked.
+func (s ec2Source) admit(st *alloc.State) error {
+	if st.EC2 != nil && len(st.EC2.Addrs) > 0 && st.EC2.VerifiedBoot != s.mgr.BootID {
+		return errIdentityUnchecked
 	}
-	e, ok := src.ENI(a.ENI)
+	return nil
+}
+
+func (s ec2Source) eni(a alloc.Allocation, sec *pool.EC2) (pool.ENI, error) {
+	e, ok := sec.ENI(a.ENI)
 	if !ok {
 		return e, fmt.Errorf("address %s belongs to %s, which the store does not describe", a.IP, a.ENI)
 	}
 	return e, nil
 }
 
-func (s ec2Source) prepare(a alloc.Allocation, source []byte) (podRouting, error) {
-	e, err := s.eni(a, source)
+func (s ec2Source) prepare(ctx context.Context, a alloc.Allocation, sec *pool.EC2) (podRouting, error) {
+	if err := s.ensureSNAT(ctx, sec); err != nil {
+		return podRouting{}, err
+	}
+	e, err := s.eni(a, sec)
 	if err != nil || e.Table() == 0 {
 		return podRouting{}, err
 	}
@@ -84,8 +104,76 @@ func (s ec2Source) prepare(a alloc.Allocation, source []byte) (podRouting, error
 	return s.routingOf(e), nil
 }
 
-func (s ec2Source) routing(a alloc.Allocation, source []byte) (podRouting, error) {
-	e, err := s.eni(a, source)
+// ensureSNAT installs the SNAT chain on the first ADD of a boot when no
+// warm pass has yet (the nat table does not survive a reboot, the store
+// does): a pod started then would otherwise reach the internet with its
+// own address. Later in the boot, warm keeps the chain in shape.
+func (s ec2Source) ensureSNAT(ctx context.Context, sec *pool.EC2) error {
+	if !s.cfg.SNAT || sec == nil || sec.SNATBoot == s.mgr.BootID {
+		return nil
+	}
+	spec, err := snatSpec(sec, s.cfg.Warm.ExcludeIPs)
+	if err != nil {
+		return err
+	}
+	if _, err := snat.Ensure(spec); err != nil {
+		return fmt.Errorf("snat: %w", err)
+	}
+	return markSNAT(ctx, s.mgr, true)
+}
+
+// markSNAT records in which boot the chain was last ensured ("" when snat
+// is off and the chain removed).
+func markSNAT(ctx context.Context, mgr *alloc.Manager, on bool) error {
+	return mgr.Update(ctx, func(st *alloc.State) (bool, error) {
+		boot := ""
+		if on {
+			boot = mgr.BootID
+		}
+		if st.EC2 == nil || st.EC2.SNATBoot == boot {
+			return false, nil
+		}
+		st.EC2.SNATBoot = boot
+		return true, nil
+	})
+}
+
+// snatSpec is the SNAT chain the ec2 section calls for: pod sources are the
+// subnets of the ENIs eni-cni manages, less every address of those subnets
+// that is not a pod's (ENI primaries, excluded addresses, addresses on
+// unmanaged ENIs), rewritten to the primary ENI's address.
+func snatSpec(sec *pool.EC2, exclude []netip.Prefix) (snat.Spec, error) {
+	primary, ok := sec.PrimaryENI()
+	if !ok {
+		return snat.Spec{}, fmt.Errorf("snat: no ENI discovered yet")
+	}
+	spec := snat.Spec{VPCCIDRs: primary.VPCCIDRs, PrimaryIP: primary.PrimaryIP}
+	unmanaged := map[string]bool{}
+	for _, e := range sec.ENIs {
+		spec.NotPods = append(spec.NotPods, e.PrimaryIP)
+		if e.Unmanaged {
+			unmanaged[e.ID] = true
+		} else if !slices.Contains(spec.PodNets, e.SubnetCIDR.Masked()) {
+			spec.PodNets = append(spec.PodNets, e.SubnetCIDR.Masked())
+		}
+	}
+	for _, a := range sec.Addrs {
+		if unmanaged[a.ENI] || pool.Excluded(exclude, a.IP) {
+			spec.NotPods = append(spec.NotPods, a.IP)
+		}
+	}
+	for _, p := range exclude {
+		if p.IsSingleIP() && !slices.Contains(spec.NotPods, p.Addr()) {
+			spec.NotPods = append(spec.NotPods, p.Addr())
+		}
+	}
+	slices.SortFunc(spec.NotPods, netip.Addr.Compare)
+	spec.NotPods = slices.Compact(spec.NotPods)
+	return spec, nil
+}
+
+func (s ec2Source) routing(a alloc.Allocation, sec *pool.EC2) (podRouting, error) {
+	e, err := s.eni(a, sec)
 	if err != nil {
 		return podRouting{}, err
 	}
@@ -95,7 +183,7 @@ func (s ec2Source) routing(a alloc.Allocation, source []byte) (podRouting, error
 // routingOf: a pod on a secondary ENI sends through that ENI; with SNAT,
 // only traffic to the VPC does, and the rest leaves through the primary ENI
 // under the node's address.
-func (s ec2Source) routingOf(e pool.ENIState) podRouting {
+func (s ec2Source) routingOf(e pool.ENI) podRouting {
 	if e.Table() == 0 {
 		return podRouting{}
 	}
@@ -109,7 +197,15 @@ func (s ec2Source) routingOf(e pool.ENIState) podRouting {
 func (s ec2Source) refresh(ctx context.Context) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	return imdsRefresh(ctx, s.cfg, s.mgr)
+	r, err := imdsRefresh(ctx, s.cfg, s.mgr)
+	if err != nil {
+		return 0, err
+	}
+	if r.Dropped != "" {
+		newLogger(s.cfg).Warn("the store described another instance (a disk or node image from it?): its ENIs and addresses were dropped; `eni-cni warm` rediscovers the pool",
+			"storeInstance", r.Dropped, "instance", r.InstanceID)
+	}
+	return r.Added, nil
 }
 
 func (s ec2Source) exhausted(err error) error {
@@ -119,7 +215,7 @@ func (s ec2Source) exhausted(err error) error {
 // ready: a pool with addresses can serve ADD; an empty one can if IMDS
 // answers (warm will fill it). Only an empty pool and no IMDS is a fault.
 func (s ec2Source) ready(ctx context.Context, st *alloc.State) error {
-	if (alloc.StoredPool{}).Size(st) > 0 {
+	if s.cfg.Pool.Size(st) > 0 {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -132,5 +228,7 @@ func (s ec2Source) ready(ctx context.Context, st *alloc.State) error {
 
 // internalResult is what `eni-cni internal imds-refresh` prints.
 type internalResult struct {
-	Added int `json:"added"`
+	Added      int    `json:"added"`
+	Dropped    string `json:"dropped,omitempty"` // the other instance whose records were dropped
+	InstanceID string `json:"instanceID,omitempty"`
 }

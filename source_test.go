@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,20 +16,121 @@ import (
 
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
+	"github.com/eni-cni/eni-cni/ec2/pool"
 )
 
-// newEC2Plugin is a plugin on the ec2 source whose IMDS is the fake.
-func newEC2Plugin(t *testing.T, imdsURL string) (*plugin, *alloc.MemStore) {
+// newEC2Plugin is a plugin on the ec2 source whose IMDS is the fake. Its
+// store is on disk in a temporary stateDir, under the real boot ID: in the
+// lean build ADD's IMDS reads run the full build as a child, which opens
+// the store of the config's stateDir and reads the boot ID itself.
+func newEC2Plugin(t *testing.T, imdsURL string) (*plugin, *alloc.DiskStore) {
 	t.Helper()
-	p, _, s := newTestPlugin(t, "10.99.0.0/24")
-	cfg, err := parseConfig([]byte(`{"cniVersion":"1.0.0","name":"pods","pool":{"source":"ec2"},"imdsEndpoint":"` + imdsURL + `"}`))
+	p, _, _ := newTestPlugin(t, "10.99.0.0/24")
+	dir := t.TempDir()
+	cfg, err := parseConfig([]byte(`{"cniVersion":"1.0.0","name":"pods","stateDir":"` + dir + `","pool":{"source":"ec2"},"imdsEndpoint":"` + imdsURL + `"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := alloc.NewDiskStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot, err := alloc.ReadBootID()
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.cfg = cfg
-	p.mgr.Pool = cfg.Pool
-	p.source = ec2Source{cfg: cfg, mgr: p.mgr}
-	return p, s
+	p.mgr.Pool, p.mgr.Store, p.mgr.BootID = cfg.Pool, store, boot
+	src := ec2Source{cfg: cfg, mgr: p.mgr}
+	p.source, p.mgr.Admit = src, src.admit
+	return p, store
+}
+
+// seedPool gives the store an ec2 section of the fake's instance with
+// addresses on its primary ENI, as warm would have left it in bootID.
+func seedPool(t *testing.T, p *plugin, f *ec2fake.Server, bootID string, ips ...string) {
+	t.Helper()
+	primary := f.PrimaryENI()
+	err := p.mgr.Update(context.Background(), func(st *alloc.State) (bool, error) {
+		st.EC2 = &pool.EC2{InstanceID: f.Info().InstanceID, VerifiedBoot: bootID,
+			ENIs: []pool.ENI{{ID: primary.ID, MAC: primary.MAC, PrimaryIP: netip.MustParseAddr(primary.PrimaryIP)}}}
+		for _, ip := range ips {
+			st.EC2.Addrs = append(st.EC2.Addrs, pool.Addr{IP: netip.MustParseAddr(ip), ENI: primary.ID, Origin: pool.OriginAssigned})
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEC2FirstAddOfBootChecksIdentity(t *testing.T) {
+	f := startFake(t)
+	ips, err := f.SeedIPs(f.PrimaryENI().ID, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := newEC2Plugin(t, f.URL())
+	ctx := context.Background()
+	seedPool(t, p, f, "old-boot", ips...)
+	calls := f.IMDSCalls()
+	if _, err := p.add(ctx, att("c1")); err != nil {
+		t.Fatalf("same instance after a reboot: %v", err)
+	}
+	if f.IMDSCalls() == calls {
+		t.Error("the first ADD of a boot did not ask IMDS who this is")
+	}
+	st, _, _ := p.mgr.Snapshot(ctx)
+	if st.EC2.VerifiedBoot != p.mgr.BootID {
+		t.Errorf("verified in %q, want this boot %q", st.EC2.VerifiedBoot, p.mgr.BootID)
+	}
+	calls = f.IMDSCalls()
+	if _, err := p.add(ctx, att("c2")); err != nil {
+		t.Fatal(err)
+	}
+	if f.IMDSCalls() != calls {
+		t.Error("the second ADD of the boot read IMDS again")
+	}
+}
+
+func TestEC2BakedImageNeverHandsOutTheBuildersAddresses(t *testing.T) {
+	f := startFake(t)
+	ips, err := f.SeedIPs(f.PrimaryENI().ID, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := newEC2Plugin(t, f.URL())
+	ctx := context.Background()
+	seedPool(t, p, f, "builder-boot", ips...)
+	if err := f.BecomeInstance("i-0aaaabbbbccccdddd"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.add(ctx, att("c1"))
+	if err == nil {
+		t.Fatal("a node launched from the image got an address of the builder")
+	}
+	if toCNIError(err).Code != types.ErrTryAgainLater || !strings.Contains(err.Error(), "eni-cni warm") {
+		t.Errorf("err %v (code %d): want try again later, pointing at warm", err, toCNIError(err).Code)
+	}
+	st, _, _ := p.mgr.Snapshot(ctx)
+	if st.EC2.InstanceID != "i-0aaaabbbbccccdddd" || len(st.EC2.Addrs) != 0 || len(st.Allocations) != 0 {
+		t.Errorf("after the identity check: %+v, allocations %v", st.EC2, st.Allocations)
+	}
+}
+
+func TestEC2FirstAddOfBootWithoutIMDS(t *testing.T) {
+	f := startFake(t)
+	p, s := newEC2Plugin(t, "http://127.0.0.1:1")
+	seedPool(t, p, f, "old-boot", "10.0.0.50")
+	read := func() []byte { b, _ := os.ReadFile(s.Path()); return b }
+	before := read()
+	_, err := p.add(context.Background(), att("c1"))
+	if ce := toCNIError(err); ce == nil || ce.Code != types.ErrTryAgainLater || !strings.Contains(ce.Msg, "identity") {
+		t.Fatalf("err %v: want code 11 saying the identity could not be checked", err)
+	}
+	if !bytes.Equal(before, read()) {
+		t.Error("a refused ADD changed the store")
+	}
 }
 
 func startFake(t *testing.T) *ec2fake.Server {
@@ -45,7 +148,7 @@ func startFake(t *testing.T) *ec2fake.Server {
 
 func TestEC2AddRefreshesFromIMDSOnce(t *testing.T) {
 	if leanBuild {
-		t.Skip("the lean build refreshes in a child process that sees the state dir, not this test's memory store")
+		t.Skip("the lean build refreshes in a child process, which cannot see this test's in-memory store; integration tests cover it")
 	}
 	f := startFake(t)
 	p, _ := newEC2Plugin(t, f.URL())
@@ -67,8 +170,8 @@ func TestEC2AddRefreshesFromIMDSOnce(t *testing.T) {
 		t.Errorf("got %s, want one of %v", got, ips)
 	}
 	st, _, _ := p.mgr.Snapshot(ctx)
-	if len(st.Pool) != 2 || st.Allocations[0].ENI != f.PrimaryENI().ID {
-		t.Errorf("pool %+v, allocation ENI %q", st.Pool, st.Allocations[0].ENI)
+	if st.EC2 == nil || len(st.EC2.Addrs) != 2 || st.Allocations[0].ENI != f.PrimaryENI().ID {
+		t.Errorf("pool %+v, allocation ENI %q", st.EC2, st.Allocations[0].ENI)
 	}
 	calls := f.IMDSCalls()
 	if _, err := p.add(ctx, att("c2")); err != nil {
@@ -98,7 +201,7 @@ func TestEC2Status(t *testing.T) {
 
 func TestWarmSkipsWhileAnotherPassRuns(t *testing.T) {
 	if leanBuild {
-		t.Skip("warm in the lean build execs the embedded full build in place of the test")
+		t.Skip("the lean build execs the full build in place of the test process; covered by the default build")
 	}
 	f := startFake(t)
 	dir := t.TempDir()

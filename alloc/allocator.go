@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/eni-cni/eni-cni/ec2/pool"
 )
 
 // ErrPoolExhausted means no address is free right now. It is temporary:
@@ -67,6 +69,11 @@ type Manager struct {
 	// empty state would hand their addresses out again. The caller, who
 	// can see the node, tells the two apart (plugin.go: stateLost).
 	OnMissing func() error
+	// Admit, if set, is asked under the lock before a new address is
+	// handed out; its error fails the allocation and changes nothing. The
+	// ec2 source uses it to refuse addresses of a boot that has not yet
+	// checked the instance's identity.
+	Admit func(st *State) error
 }
 
 func (m *Manager) now() time.Time {
@@ -96,26 +103,19 @@ func (m *Manager) Update(ctx context.Context, fn func(st *State) (changed bool, 
 	if err != nil {
 		return err
 	}
-	// A new boot and boot stamps given to an older file's entries are saved
-	// at once, whatever fn does: until they are, every call (even one that
-	// fails, like an ADD on an exhausted pool) would derive them again.
 	// Expired cooling entries are dropped in memory only: saving just for
-	// that would make reads (list, a refused gc) rewrite the file.
+	// that would make reads (list, a refused gc) rewrite the file. Boot
+	// stamps given to an older file's entries are saved with the next change.
 	changed := m.newBoot(st)
-	if m.stampLegacy(st, m.now(), m.boot()) {
-		changed = true
-	}
-	if changed {
-		if err := m.Store.Save(st); err != nil {
-			return err
-		}
-	}
+	m.stampLegacy(st, m.now(), m.boot())
 	m.pruneCooling(st)
 	fnChanged, err := fn(st)
 	if err != nil {
 		return err
 	}
-	if fnChanged {
+	if changed || fnChanged {
+		// Tombstones are pruned on every save, never a reason for one.
+		st.EC2.PruneTombstones(m.now())
 		return m.Store.Save(st)
 	}
 	return nil
@@ -170,15 +170,21 @@ func (m *Manager) Allocate(ctx context.Context, req Request) (a Allocation, exis
 	return a, existed, err
 }
 
-// AllocateWithSource is Allocate that also returns the pool source's data
-// (State.Source) as read in the same locked read, so a dynamic source can
-// prepare the address's ENI without reading the state again.
-func (m *Manager) AllocateWithSource(ctx context.Context, req Request) (a Allocation, existed bool, source []byte, err error) {
+// AllocateWithSource is Allocate that also returns the ec2 section
+// (State.EC2, nil for the static source) as read in the same locked read,
+// so the ec2 source can prepare the address's ENI without reading the state
+// again. The section is the caller's copy; changing it changes nothing.
+func (m *Manager) AllocateWithSource(ctx context.Context, req Request) (a Allocation, existed bool, source *pool.EC2, err error) {
 	err = m.Update(ctx, func(st *State) (bool, error) {
-		source = st.Source
+		source = st.EC2
 		if i := st.Find(req.Key); i >= 0 {
 			a, existed = st.Allocations[i], true
 			return false, nil
+		}
+		if m.Admit != nil {
+			if err := m.Admit(st); err != nil {
+				return false, err
+			}
 		}
 		ip, eni, ok := m.pick(st)
 		if !ok {
@@ -305,10 +311,10 @@ func (m *Manager) Get(ctx context.Context, k Key) (a Allocation, found bool, err
 	return a, found, err
 }
 
-// GetWithSource is Get that also returns State.Source.
-func (m *Manager) GetWithSource(ctx context.Context, k Key) (a Allocation, found bool, source []byte, err error) {
+// GetWithSource is Get that also returns State.EC2.
+func (m *Manager) GetWithSource(ctx context.Context, k Key) (a Allocation, found bool, source *pool.EC2, err error) {
 	err = m.Update(ctx, func(st *State) (bool, error) {
-		source = st.Source
+		source = st.EC2
 		if i := st.Find(k); i >= 0 {
 			a, found = st.Allocations[i], true
 		}
@@ -327,6 +333,20 @@ func (m *Manager) Snapshot(ctx context.Context) (st *State, c Counts, err error)
 		return false, nil
 	})
 	return st, c, err
+}
+
+// Peek reads the state without the lock and without writing anything, for
+// read-only commands: saves replace the file by rename, so a read sees one
+// whole state. What the next locked call would change (allocations of a
+// previous boot, expired cooling) is applied to the copy returned only.
+func (m *Manager) Peek() (*State, Counts, error) {
+	st, err := m.Store.Load()
+	if err != nil {
+		return nil, Counts{}, err
+	}
+	m.newBoot(st)
+	m.pruneCooling(st)
+	return st, m.Counts(st), nil
 }
 
 // Counts summarises st against the pool.

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/eni-cni/eni-cni/ec2/pool"
 )
 
 // clock is a settable time source for cooldown tests.
@@ -173,7 +175,7 @@ func TestNewBootDropsAllocationsNotPool(t *testing.T) {
 	m.Allocate(ctx, req("b"))
 	m.Release(ctx, key("b"), netip.Addr{})
 	err := m.Update(ctx, func(st *State) (bool, error) {
-		st.Pool = []PoolAddr{{IP: netip.MustParseAddr("10.1.0.9"), ENI: "eni-1"}}
+		st.EC2 = &pool.EC2{Addrs: []pool.Addr{{IP: netip.MustParseAddr("10.1.0.9"), ENI: "eni-1", Origin: pool.OriginAssigned}}}
 		return true, nil
 	})
 	if err != nil {
@@ -187,8 +189,8 @@ func TestNewBootDropsAllocationsNotPool(t *testing.T) {
 	if len(st.Allocations) != 0 || len(st.Cooling) != 0 || st.BootID != "boot-2" {
 		t.Errorf("after reboot: %d allocations, %d cooling, boot %q", len(st.Allocations), len(st.Cooling), st.BootID)
 	}
-	if len(st.Pool) != 1 || c.Free != 3 {
-		t.Errorf("pool must survive a reboot: %+v %+v", st.Pool, c)
+	if st.EC2 == nil || len(st.EC2.Addrs) != 1 || c.Free != 3 {
+		t.Errorf("pool must survive a reboot: %+v %+v", st.EC2, c)
 	}
 	saved, _ := s.Load()
 	if saved.BootID != "boot-2" {
@@ -297,5 +299,37 @@ func TestReleaseAll(t *testing.T) {
 	_, c, _ := m.Snapshot(ctx)
 	if c.Allocated != 2 || c.Cooling != 1 {
 		t.Errorf("counts %+v", c)
+	}
+}
+
+// TestSavePrunesTombstonesAndStampsVersion: every save drops expired
+// tombstones and writes the current schema version; a read saves nothing.
+func TestSavePrunesTombstonesAndStampsVersion(t *testing.T) {
+	s := NewMemStore()
+	now := time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
+	m := &Manager{Store: s, Pool: StoredPool{}, BootID: "b", Now: func() time.Time { return now }}
+	ctx := context.Background()
+	err := m.Update(ctx, func(st *State) (bool, error) {
+		st.Version = 1 // as if loaded from an older file
+		st.EC2 = &pool.EC2{Tombstones: []pool.Tombstone{
+			{IP: netip.MustParseAddr("10.0.0.1"), Until: now.Add(-time.Second)},
+			{IP: netip.MustParseAddr("10.0.0.2"), Until: now.Add(time.Minute)},
+		}}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Version != SchemaVersion || len(st.EC2.Tombstones) != 1 || st.EC2.Tombstones[0].IP.String() != "10.0.0.2" {
+		t.Errorf("saved version %d, tombstones %+v", st.Version, st.EC2.Tombstones)
+	}
+	saves := s.Saves
+	now = now.Add(time.Hour)
+	if _, _, err := m.Snapshot(ctx); err != nil || s.Saves != saves {
+		t.Errorf("a read saved (%v): expired tombstones alone are no reason to write", err)
 	}
 }

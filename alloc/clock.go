@@ -48,38 +48,34 @@ func (m *Manager) boot() time.Duration {
 
 // cooling reports whether c still keeps its address out of use. An entry
 // with a boot stamp is judged on the boot clock only. An entry written by
-// an older eni-cni has only the wall-clock Until; it is judged on the wall
-// clock but never for longer than one cooldown from now, so a backward
-// step of the clock cannot freeze it.
+// an older eni-cni has only the wall-clock Until and is judged on the wall
+// clock. Either way, an entry with more than one cooldown left cannot be
+// right (a wall clock stepped back since the release, a file edited by
+// hand, the cooldown lowered since): it no longer holds the address, so
+// nothing in the file can freeze an address for longer than configured.
 func (m *Manager) cooling(c Cooling, now time.Time, boot time.Duration) bool {
+	left := c.Until.Sub(now)
 	if c.UntilBoot != 0 && boot > 0 {
-		return boot < c.UntilBoot
+		left = c.UntilBoot - boot
 	}
-	return now.Before(c.Until)
+	return left > 0 && (m.Cooldown <= 0 || left <= m.Cooldown)
 }
 
-// stampLegacy gives entries of an older file boot stamps: a cooling entry
-// keeps what is left of its wall-clock cooldown (at most one cooldown), an
-// allocation gets the age its wall-clock stamp says (at least zero). A
-// cooling stamp further away than one cooldown (a file edited by hand, the
-// cooldown lowered since) is brought back to one cooldown, so nothing in
-// the file keeps an address out of use for longer than configured. It
-// reports whether it changed anything, so the caller saves once: until the
-// stamps are saved, each load would derive them again from a wall clock
-// that may have stepped. Only entries of the current boot reach here
-// (newBoot drops the others), so the boot clock applies to them.
-func (m *Manager) stampLegacy(st *State, now time.Time, boot time.Duration) (stamped bool) {
+// stampLegacy gives entries of an older file boot stamps, in memory, so
+// the next save writes them: a cooling entry what is left of its
+// wall-clock cooldown, an allocation the age its wall-clock stamp says (at
+// least zero). Until then each load derives them again from the wall
+// clock; reads do not save (list and the other read-only commands must not
+// write). Only entries of the current boot reach here (newBoot drops the
+// others), so the boot clock applies to them.
+func (m *Manager) stampLegacy(st *State, now time.Time, boot time.Duration) {
 	if boot <= 0 {
-		return false
+		return
 	}
 	for i := range st.Cooling {
 		c := &st.Cooling[i]
-		switch {
-		case c.UntilBoot == 0:
-			left := min(max(c.Until.Sub(now), 0), m.Cooldown)
-			c.UntilBoot, stamped = boot+left, true
-		case m.Cooldown > 0 && c.UntilBoot-boot > m.Cooldown:
-			c.UntilBoot, stamped = boot+m.Cooldown, true
+		if c.UntilBoot == 0 && m.cooling(*c, now, boot) {
+			c.UntilBoot = boot + c.Until.Sub(now)
 		}
 	}
 	for i := range st.Allocations {
@@ -88,9 +84,8 @@ func (m *Manager) stampLegacy(st *State, now time.Time, boot time.Duration) (sta
 			continue
 		}
 		age := min(max(now.Sub(a.AllocatedAt), 0), boot-1)
-		a.AllocatedBoot, stamped = boot-age, true
+		a.AllocatedBoot = boot - age
 	}
-	return stamped
 }
 
 // Age is how long ago a was allocated, on the boot clock when a has a boot

@@ -152,38 +152,25 @@ func addrToUint(a netip.Addr) uint32 {
 	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 }
 
-// StoredPool is the pool of a dynamic source: the usable addresses recorded
-// in State.Pool by `eni-cni warm`.
-type StoredPool struct{}
-
-func (StoredPool) Addrs(st *State) iter.Seq2[netip.Addr, string] {
-	return func(yield func(netip.Addr, string) bool) {
-		for _, p := range st.Pool {
-			if p.Unusable {
-				continue
-			}
-			if !yield(p.IP, p.ENI) {
-				return
-			}
-		}
-	}
+// StoredPool is the pool of the ec2 source: the usable addresses of the
+// state's EC2 section, as `eni-cni warm` recorded them, less Exclude (the
+// excludeIPs of the configuration).
+type StoredPool struct {
+	Exclude []netip.Prefix
 }
 
-func (StoredPool) Contains(st *State, ip netip.Addr) bool {
-	for _, p := range st.Pool {
-		if p.IP == ip && !p.Unusable {
-			return true
-		}
-	}
-	return false
+func (p StoredPool) Addrs(st *State) iter.Seq2[netip.Addr, string] {
+	return st.EC2.Usable(p.Exclude)
 }
 
-func (StoredPool) Size(st *State) int {
+func (p StoredPool) Contains(st *State, ip netip.Addr) bool {
+	return st.EC2.IsUsable(ip, p.Exclude)
+}
+
+func (p StoredPool) Size(st *State) int {
 	n := 0
-	for _, p := range st.Pool {
-		if !p.Unusable {
-			n++
-		}
+	for range st.EC2.Usable(p.Exclude) {
+		n++
 	}
 	return n
 }

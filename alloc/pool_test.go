@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/eni-cni/eni-cni/ec2/pool"
 )
 
 func TestParseRanges(t *testing.T) {
@@ -79,22 +81,32 @@ func TestParseRangesErrors(t *testing.T) {
 	}
 }
 
-func TestStoredPoolSkipsUnusable(t *testing.T) {
+func TestStoredPoolUsesOnlyUsable(t *testing.T) {
 	st := NewState("")
-	st.Pool = []PoolAddr{
-		{IP: netip.MustParseAddr("10.0.1.5"), ENI: "eni-a"},
-		{IP: netip.MustParseAddr("10.0.1.6"), ENI: "eni-a", Unusable: true},
-		{IP: netip.MustParseAddr("10.0.2.7"), ENI: "eni-b"},
+	st.EC2 = &pool.EC2{
+		ENIs: []pool.ENI{{ID: "eni-a"}, {ID: "eni-b", DeviceNumber: 1}, {ID: "eni-c", DeviceNumber: 2, Unmanaged: true}, {ID: "eni-d", DeviceNumber: 3, Unverified: true}},
+		Addrs: []pool.Addr{
+			{IP: netip.MustParseAddr("10.0.1.5"), ENI: "eni-a", Origin: pool.OriginAssigned},
+			{IP: netip.MustParseAddr("10.0.1.6"), ENI: "eni-a", Origin: pool.OriginAssigned, Unusable: true},
+			{IP: netip.MustParseAddr("10.0.1.7"), ENI: "eni-a", Origin: pool.OriginAssigned, Lost: true},
+			{IP: netip.MustParseAddr("10.0.1.8"), ENI: "eni-a", Origin: pool.OriginFound},
+			{IP: netip.MustParseAddr("10.0.2.7"), ENI: "eni-b", Origin: pool.OriginFound},
+			{IP: netip.MustParseAddr("10.0.3.7"), ENI: "eni-c", Origin: pool.OriginFound},
+			{IP: netip.MustParseAddr("10.0.4.7"), ENI: "eni-d", Origin: pool.OriginFound},
+		},
 	}
-	var p StoredPool
+	p := StoredPool{Exclude: []netip.Prefix{netip.MustParsePrefix("10.0.1.8/32")}}
+	var got []string
+	for ip, eni := range p.Addrs(st) {
+		got = append(got, ip.String()+"@"+eni)
+	}
+	if strings.Join(got, ",") != "10.0.1.5@eni-a,10.0.2.7@eni-b" {
+		t.Errorf("usable: %v; want neither unusable, lost, excluded nor on unmanaged or unverified ENIs", got)
+	}
 	if p.Size(st) != 2 || p.Contains(st, netip.MustParseAddr("10.0.1.6")) || !p.Contains(st, netip.MustParseAddr("10.0.2.7")) {
-		t.Fatalf("size %d; unusable address must not count", p.Size(st))
+		t.Errorf("size %d", p.Size(st))
 	}
-	var enis []string
-	for _, eni := range p.Addrs(st) {
-		enis = append(enis, eni)
-	}
-	if strings.Join(enis, ",") != "eni-a,eni-b" {
-		t.Errorf("ENIs yielded %v", enis)
+	if (StoredPool{}).Size(NewState("")) != 0 {
+		t.Error("a state without an ec2 section has addresses")
 	}
 }

@@ -4,13 +4,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+
+	"github.com/eni-cni/eni-cni/ec2/pool"
 )
 
 // Salvage reads what it can from the bytes of a state file that Load
-// refuses, for `eni-cni repair`: each allocation, cooling entry and pool
-// entry is decoded on its own, and kept only if it is well-formed and does
-// not repeat a key or an address kept before it; the pool source's data and
-// LastIP are kept if they decode. notes says what was dropped and why. A
+// refuses, for `eni-cni repair`: each allocation and cooling entry is
+// decoded on its own, and kept only if it is well-formed and does not
+// repeat a key or an address kept before it; the ec2 section and LastIP are
+// kept if they decode and validate. notes says what was dropped and why. A
 // file that is not a JSON object at all gives a new state and one note.
 //
 // Nothing salvaged is trusted as the truth about pods: repair rebuilds the
@@ -24,15 +26,18 @@ func Salvage(data []byte) (st *State, notes []string) {
 	}
 	// Each field on its own: one of the wrong type loses only itself.
 	var raw struct {
-		Allocations, Cooling, Pool []json.RawMessage
-		LastIP, Source             json.RawMessage
+		Allocations, Cooling []json.RawMessage
+		LastIP, EC2          json.RawMessage
 	}
-	for name, dst := range map[string]*[]json.RawMessage{"allocations": &raw.Allocations, "cooling": &raw.Cooling, "pool": &raw.Pool} {
+	for name, dst := range map[string]*[]json.RawMessage{"allocations": &raw.Allocations, "cooling": &raw.Cooling} {
 		if v, ok := fields[name]; ok && json.Unmarshal(v, dst) != nil {
 			notes = append(notes, fmt.Sprintf("%s dropped: not a list", name))
 		}
 	}
-	raw.LastIP, raw.Source = fields["lastIP"], fields["source"]
+	raw.LastIP, raw.EC2 = fields["lastIP"], fields["ec2"]
+	if _, v1 := fields["pool"]; v1 {
+		notes = append(notes, "the version-1 pool is not salvaged: warm (or repair, from IMDS) reads it back")
+	}
 	keys := map[Key]bool{}
 	ips := map[netip.Addr]bool{}
 	for i, r := range raw.Allocations {
@@ -62,22 +67,22 @@ func Salvage(data []byte) (st *State, notes []string) {
 		}
 		st.Cooling = append(st.Cooling, c)
 	}
-	inPool := map[netip.Addr]bool{}
-	for i, r := range raw.Pool {
-		var p PoolAddr
-		if err := json.Unmarshal(r, &p); err != nil || !p.IP.Is4() || inPool[p.IP] {
-			notes = append(notes, fmt.Sprintf("pool entry %d dropped", i))
-			continue
-		}
-		inPool[p.IP] = true
-		st.Pool = append(st.Pool, p)
-	}
 	var last netip.Addr
 	if len(raw.LastIP) > 0 && json.Unmarshal(raw.LastIP, &last) == nil {
 		st.LastIP = last
 	}
-	if len(raw.Source) > 0 && json.Valid(raw.Source) && string(raw.Source) != "null" {
-		st.Source = append(json.RawMessage(nil), raw.Source...)
+	// The ec2 section is kept whole or not at all: it is one instance's
+	// facts, and warm reads the rest back from IMDS and EC2.
+	if len(raw.EC2) > 0 && string(raw.EC2) != "null" {
+		var sec pool.EC2
+		switch err := json.Unmarshal(raw.EC2, &sec); {
+		case err != nil:
+			notes = append(notes, fmt.Sprintf("ec2 section dropped: %v", err))
+		case sec.Validate() != nil:
+			notes = append(notes, fmt.Sprintf("ec2 section dropped: %v", sec.Validate()))
+		default:
+			st.EC2 = &sec
+		}
 	}
 	return st, notes
 }

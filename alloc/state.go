@@ -10,12 +10,19 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/eni-cni/eni-cni/ec2/pool"
 )
 
 // SchemaVersion is the state file format this binary reads and writes.
 // Any change that adds or renames a field bumps it: an older binary would
 // otherwise load a newer file, drop what it does not know and save it back.
-const SchemaVersion = 1
+// Every save stamps it; files of every earlier version are migrated on load
+// (migrate.go, with fixtures of each version in testdata/).
+//
+//	1: allocations, cooling, lastIP; ec2 data in "pool" and an opaque "source"
+//	2: ec2 data in one typed section "ec2" (pool.EC2), each address with its origin
+const SchemaVersion = 2
 
 // Key identifies one attachment of a sandbox to a network, the identity the
 // CNI spec gives DEL: the netns may already be gone when DEL arrives.
@@ -57,17 +64,6 @@ type Cooling struct {
 	UntilBoot time.Duration `json:"untilBootNs,omitempty"`
 }
 
-// PoolAddr is an address a dynamic pool source (EC2) has assigned to this
-// node. The static source computes its pool from configuration instead.
-type PoolAddr struct {
-	IP      netip.Addr `json:"ip"`
-	ENI     string     `json:"eni"`
-	AddedAt time.Time  `json:"addedAt"`
-	// Unusable marks an address being given back to EC2: it is set, and
-	// saved, before the unassign call so no ADD can take it meanwhile.
-	Unusable bool `json:"unusable,omitempty"`
-}
-
 // State is the whole content of the state file.
 type State struct {
 	Version     int          `json:"version"`
@@ -77,9 +73,9 @@ type State struct {
 	// LastIP is where the previous allocation ended, so addresses are
 	// handed out round-robin and a freed one is reused as late as possible.
 	LastIP netip.Addr `json:"lastIP"`
-	Pool   []PoolAddr `json:"pool,omitempty"`
-	// Source is opaque data owned by the pool source (ENIs, limits).
-	Source json.RawMessage `json:"source,omitempty"`
+	// EC2 is the ec2 source's section, owned by package ec2/pool; nil for
+	// the static source. The store only carries, migrates and prunes it.
+	EC2 *pool.EC2 `json:"ec2,omitempty"`
 
 	// missing: the store had no state file; this state is new.
 	missing bool
@@ -153,15 +149,8 @@ func (s *State) validate() error {
 			return fmt.Errorf("%w: cooling entry without a valid IPv4 address", ErrCorrupt)
 		}
 	}
-	inPool := make(map[netip.Addr]bool, len(s.Pool))
-	for _, p := range s.Pool {
-		if !p.IP.Is4() {
-			return fmt.Errorf("%w: pool entry without a valid IPv4 address", ErrCorrupt)
-		}
-		if inPool[p.IP] {
-			return fmt.Errorf("%w: address %s is in the pool twice", ErrCorrupt, p.IP)
-		}
-		inPool[p.IP] = true
+	if err := s.EC2.Validate(); err != nil {
+		return fmt.Errorf("%w: ec2 section: %v", ErrCorrupt, err)
 	}
 	return nil
 }
@@ -195,7 +184,9 @@ func validIfName(s string) bool {
 	return true
 }
 
-// decodeState parses and validates the bytes of a state file.
+// decodeState parses and validates the bytes of a state file, migrating a
+// file of an earlier version to this one (in memory: the next save writes
+// it in the current format).
 func decodeState(data []byte) (*State, error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: file is empty", ErrCorrupt)
@@ -203,6 +194,16 @@ func decodeState(data []byte) (*State, error) {
 	var s State
 	if err := json.Unmarshal(data, &s); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	if s.Version > 0 && s.Version < SchemaVersion {
+		migrated, err := migrate(data, s.Version)
+		if err != nil {
+			return nil, err
+		}
+		s = State{}
+		if err := json.Unmarshal(migrated, &s); err != nil {
+			return nil, fmt.Errorf("%w: after migration: %v", ErrCorrupt, err)
+		}
 	}
 	if err := s.validate(); err != nil {
 		return nil, err
@@ -227,7 +228,11 @@ func shortID(id string) string {
 // and DEL, and indentation made up a third of the encoding time and a
 // sixth of the bytes to parse. `eni-cni list --json` or `jq .` show it
 // indented.
+//
+// The version is stamped here, on every save: a state read from an older
+// file (migrated in memory) is written in this binary's format.
 func encodeState(st *State) ([]byte, error) {
+	st.Version = SchemaVersion
 	b, err := json.Marshal(st)
 	if err != nil {
 		return nil, err

@@ -85,24 +85,30 @@ type tempFile interface {
 	Name() string
 }
 
-// NewDiskStore returns a store in dir, creating dir (mode 0700) if needed.
-// The directory must be owned by this user and not writable by others;
-// Lock checks it.
+// NewDiskStore returns a store in dir. The directory (mode 0700) is
+// created by the first Lock, not here: read-only commands (list, status,
+// doctor) load without the lock and must leave a node that never ran the
+// plugin as they found it. The directory must be owned by this user and not
+// writable by others; Lock checks it.
 func NewDiskStore(dir string) (*DiskStore, error) {
 	if dir == "" {
 		return nil, errors.New("state directory is empty")
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("create state directory: %w", err)
-	}
 	return &DiskStore{dir: dir, createTemp: osCreateTemp}, nil
 }
 
-// checkDir is made by every Lock, not by NewDiskStore: an untrusted
-// directory then fails the store's operations with ErrInsecure, and DEL
-// can still tear a pod down without the store (plugin.go).
+// checkDir is made by every Lock (one stat, against the milliseconds of an
+// ADD): an untrusted directory fails the store's operations with
+// ErrInsecure, and DEL can still tear a pod down without the store
+// (plugin.go). The first writer on a node creates the directory.
 func (d *DiskStore) checkDir() error {
 	fi, err := os.Stat(d.dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(d.dir, 0o700); err != nil {
+			return fmt.Errorf("create state directory: %w", err)
+		}
+		fi, err = os.Stat(d.dir)
+	}
 	if err != nil {
 		return fmt.Errorf("state directory %s: %w", d.dir, err)
 	}
@@ -128,6 +134,9 @@ func trusted(path string, fi fs.FileInfo) error {
 	}
 	return nil
 }
+
+// Dir is the state directory.
+func (d *DiskStore) Dir() string { return d.dir }
 
 // Path is the state file's path, for messages.
 func (d *DiskStore) Path() string { return filepath.Join(d.dir, StateFileName) }

@@ -63,7 +63,7 @@ func TestDiskStoreRoundTripAndModes(t *testing.T) {
 		t.Errorf("state dir holds %d entries, want state and lock only", len(entries))
 	}
 	data, _ := os.ReadFile(filepath.Join(dir, StateFileName))
-	for _, field := range []string{`"version":1`, `"bootID":"boot-1"`, `"podNamespace":"kube-system"`, `"hostVeth":"eniabc"`} {
+	for _, field := range []string{fmt.Sprintf(`"version":%d`, SchemaVersion), `"bootID":"boot-1"`, `"podNamespace":"kube-system"`, `"hostVeth":"eniabc"`} {
 		if !bytes.Contains(data, []byte(field)) {
 			t.Errorf("state file lacks %s:\n%s", field, data)
 		}

@@ -26,9 +26,12 @@ const (
 
 // createENI creates an ENI in the primary ENI's subnet (or Cfg.SubnetID)
 // with addresses for the need, attaches it at the next free device index
-// with DeleteOnTermination, records it and sets it up on the node.
-func (w *Warmer) createENI(ctx context.Context, src *SourceState, need int) error {
-	primary := src.ENIs[0]
+// of a network card with room, sets DeleteOnTermination, records it and
+// sets it up on the node. A pending record saved before the Create call
+// (see lifecycle.go) lets the next pass clean up after a pass that dies
+// half-way.
+func (w *Warmer) createENI(ctx context.Context, src *pool.EC2, need int) error {
+	primary, _ := src.PrimaryENI()
 	subnet, sgs := primary.SubnetID, primary.SecurityGroups
 	if w.Cfg.SubnetID != "" {
 		subnet = w.Cfg.SubnetID
@@ -36,9 +39,11 @@ func (w *Warmer) createENI(ctx context.Context, src *SourceState, need int) erro
 	if len(w.Cfg.SecurityGroupIDs) > 0 {
 		sgs = w.Cfg.SecurityGroupIDs
 	}
+	token := newToken()
 	in := &ec2.CreateNetworkInterfaceInput{
 		SubnetId:          aws.String(subnet),
 		Groups:            sgs,
+		ClientToken:       aws.String(token),
 		Description:       aws.String("eni-cni pod addresses of " + src.InstanceID),
 		TagSpecifications: []types.TagSpecification{{ResourceType: types.ResourceTypeNetworkInterface, Tags: w.tags(src)}},
 	}
@@ -47,42 +52,72 @@ func (w *Warmer) createENI(ctx context.Context, src *SourceState, need int) erro
 	} else {
 		in.SecondaryPrivateIpAddressCount = aws.Int32(int32(min(need, slots(src))))
 	}
-	if err := w.setDirty(ctx, true); err != nil {
+	if err := w.beginCreate(ctx, token); err != nil {
 		return err
 	}
 	out, err := w.API.CreateNetworkInterface(ctx, in)
 	if err != nil {
-		return w.refused(ctx, fmt.Errorf("create ENI in %s: %w", subnet, err))
+		err = fmt.Errorf("create ENI in %s: %w", subnet, err)
+		if refusal(err) {
+			return errors.Join(err, w.dropPending(ctx, token), w.setDirty(ctx, false))
+		}
+		return err // maybe created: the pending record leads a sweep to it
 	}
 	e, ips, prefixes, err := w.newENIState(ctx, out.NetworkInterface, src, primary)
+	if e.ID != "" {
+		if perr := w.notePending(ctx, token, e.ID); perr != nil {
+			return errors.Join(err, perr)
+		}
+	}
 	if err != nil {
-		return w.abandon(ctx, e.ID, err)
+		return w.abandon(ctx, token, e.ID, err)
 	}
 	if err := w.attach(ctx, &e, src); err != nil {
-		return w.abandon(ctx, e.ID, err)
+		return w.abandon(ctx, token, e.ID, err)
 	}
-	n, err := w.recordENI(ctx, e, ips, prefixes)
+	n, err := w.recordENI(ctx, token, e, ips, prefixes)
 	if err != nil {
 		return err
 	}
-	w.say("created %s (device %d, subnet %s, %s) with %d addresses", e.ID, e.DeviceNumber, e.SubnetID, e.MAC, n)
+	w.say("created %s (card %d device %d, subnet %s, %s) with %d addresses", e.ID, e.NetworkCard, e.DeviceNumber, e.SubnetID, e.MAC, n)
 	if w.Host != nil {
 		if err := w.Host.SetupENI(ctx, e); err != nil {
-			return fmt.Errorf("set up %s on the node (ADD retries it): %w", e.ID, err)
+			return fmt.Errorf("set up %s on the node (the next pass and ADD retry it): %w", e.ID, err)
 		}
 	}
 	return nil
 }
 
+// beginCreate saves the dirty mark and a pending record before the Create
+// call.
+func (w *Warmer) beginCreate(ctx context.Context, token string) error {
+	return w.update(ctx, func(_ *alloc.State, src *pool.EC2) error {
+		src.Dirty = true
+		src.Pending = append(src.Pending, pool.PendingENI{Token: token, Since: w.now().UTC()})
+		return nil
+	})
+}
+
+// notePending completes the pending record with the ID EC2 gave the ENI.
+func (w *Warmer) notePending(ctx context.Context, token, id string) error {
+	return w.update(context.WithoutCancel(ctx), func(_ *alloc.State, src *pool.EC2) error {
+		for i := range src.Pending {
+			if src.Pending[i].Token == token {
+				src.Pending[i].ID = id
+			}
+		}
+		return nil
+	})
+}
+
 // newENIState reads the created ENI from the reply.
-func (w *Warmer) newENIState(ctx context.Context, ni *types.NetworkInterface, src *SourceState, primary ENIState) (ENIState, []netip.Addr, []netip.Prefix, error) {
+func (w *Warmer) newENIState(ctx context.Context, ni *types.NetworkInterface, src *pool.EC2, primary pool.ENI) (pool.ENI, []netip.Addr, []netip.Prefix, error) {
 	if ni == nil || ni.NetworkInterfaceId == nil {
-		return ENIState{}, nil, nil, fmt.Errorf("create ENI: reply has no interface")
+		return pool.ENI{}, nil, nil, fmt.Errorf("create ENI: reply has no interface")
 	}
-	e := ENIState{
+	e := pool.ENI{
 		ID: aws.ToString(ni.NetworkInterfaceId), MAC: aws.ToString(ni.MacAddress),
 		SubnetID: aws.ToString(ni.SubnetId), VPCCIDRs: primary.VPCCIDRs,
-		DeviceNumber: nextDeviceIndex(src),
 	}
 	for _, g := range ni.Groups {
 		e.SecurityGroups = append(e.SecurityGroups, aws.ToString(g.GroupId))
@@ -117,7 +152,7 @@ func (w *Warmer) newENIState(ctx context.Context, ni *types.NetworkInterface, sr
 	return e, ips, prefixes, err
 }
 
-func (w *Warmer) subnetCIDR(ctx context.Context, subnet string, primary ENIState) (netip.Prefix, error) {
+func (w *Warmer) subnetCIDR(ctx context.Context, subnet string, primary pool.ENI) (netip.Prefix, error) {
 	if subnet == primary.SubnetID {
 		return primary.SubnetCIDR, nil
 	}
@@ -131,60 +166,73 @@ func (w *Warmer) subnetCIDR(ctx context.Context, subnet string, primary ENIState
 	return netip.ParsePrefix(aws.ToString(out.Subnets[0].CidrBlock))
 }
 
-func (w *Warmer) attach(ctx context.Context, e *ENIState, src *SourceState) error {
+func (w *Warmer) attach(ctx context.Context, e *pool.ENI, src *pool.EC2) error {
+	e.NetworkCard, e.DeviceNumber = nextSlot(src)
 	out, err := w.API.AttachNetworkInterface(ctx, &ec2.AttachNetworkInterfaceInput{
 		DeviceIndex:        aws.Int32(int32(e.DeviceNumber)),
+		NetworkCardIndex:   aws.Int32(int32(e.NetworkCard)),
 		InstanceId:         aws.String(src.InstanceID),
 		NetworkInterfaceId: aws.String(e.ID),
 	})
 	if err != nil {
-		return fmt.Errorf("attach %s to %s at device %d: %w", e.ID, src.InstanceID, e.DeviceNumber, err)
+		return fmt.Errorf("attach %s to %s at card %d device %d: %w", e.ID, src.InstanceID, e.NetworkCard, e.DeviceNumber, err)
 	}
-	// Without this the ENI outlives the instance and its addresses leak.
+	e.AttachmentID = aws.ToString(out.AttachmentId)
+	// Without this the ENI outlives the instance and its addresses leak. A
+	// failure is recorded (DeleteOnTermination false) and retried by every
+	// pass until EC2 has set it.
 	_, err = w.API.ModifyNetworkInterfaceAttribute(ctx, &ec2.ModifyNetworkInterfaceAttributeInput{
 		NetworkInterfaceId: aws.String(e.ID),
 		Attachment: &types.NetworkInterfaceAttachmentChanges{
 			AttachmentId: out.AttachmentId, DeleteOnTermination: aws.Bool(true),
 		},
 	})
+	e.DeleteOnTermination = err == nil
 	if err != nil {
-		w.say("warning: %s attached but DeleteOnTermination not set: %v", e.ID, err)
+		w.warn("%s attached but DeleteOnTermination not set yet (retried next pass): %v", e.ID, err)
 	}
 	return nil
 }
 
 // abandon deletes an ENI that was created but could not be attached, so a
-// failed pass does not leave billable interfaces behind.
-func (w *Warmer) abandon(ctx context.Context, id string, cause error) error {
+// failed pass does not leave billable interfaces behind. The delete has its
+// own timeout: the pass's context may be what ran out. If the delete fails
+// too, the pending record stays and the next pass deletes it.
+func (w *Warmer) abandon(ctx context.Context, token, id string, cause error) error {
 	if id == "" {
 		return cause
 	}
-	if _, err := w.API.DeleteNetworkInterface(ctx, &ec2.DeleteNetworkInterfaceInput{NetworkInterfaceId: aws.String(id)}); err != nil {
-		return fmt.Errorf("%w (and deleting %s failed: %v)", cause, id, err)
+	if err := w.deleteENI(ctx, id); err != nil {
+		return fmt.Errorf("%w (and deleting %s failed, the next pass retries: %v)", cause, id, err)
 	}
 	w.say("deleted %s again: %v", id, cause)
 	// EC2 is as it was before the create: nothing for a resync to learn.
-	return errors.Join(cause, w.setDirty(ctx, false))
+	return errors.Join(cause, w.dropPending(ctx, token), w.setDirty(context.WithoutCancel(ctx), false))
 }
 
-func (w *Warmer) recordENI(ctx context.Context, e ENIState, ips []netip.Addr, prefixes []netip.Prefix) (int, error) {
+func (w *Warmer) recordENI(ctx context.Context, token string, e pool.ENI, ips []netip.Addr, prefixes []netip.Prefix) (int, error) {
 	added := 0
-	err := w.update(context.WithoutCancel(ctx), func(st *alloc.State, src *SourceState) error {
+	err := w.update(context.WithoutCancel(ctx), func(st *alloc.State, src *pool.EC2) error {
 		e.Secondary = len(ips)
 		e.Prefixes = prefixes
+		e.Created = true
 		src.ENIs = append(src.ENIs, e)
-		sort.Slice(src.ENIs, func(i, j int) bool { return src.ENIs[i].DeviceNumber < src.ENIs[j].DeviceNumber })
+		src.SortENIs()
+		src.Pending = slices.DeleteFunc(src.Pending, func(p pool.PendingENI) bool { return p.Token == token })
+		if len(src.Pending) == 0 {
+			src.Pending = nil
+		}
 		all := slices.Clone(ips)
 		for _, p := range prefixes {
 			all = append(all, pool.Expand(p)...)
 		}
-		added = addToPool(st, e.ID, all, w.now())
+		added = src.AddAddrs(e.ID, pool.OriginAssigned, all, w.now())
 		return nil
 	})
 	return added, err
 }
 
-func (w *Warmer) tags(src *SourceState) []types.Tag {
+func (w *Warmer) tags(src *pool.EC2) []types.Tag {
 	tags := []types.Tag{
 		{Key: aws.String(TagInstanceID), Value: aws.String(src.InstanceID)},
 		{Key: aws.String(TagCreatedAt), Value: aws.String(w.now().UTC().Format(time.RFC3339))},
@@ -200,11 +248,17 @@ func (w *Warmer) tags(src *SourceState) []types.Tag {
 	return tags
 }
 
-// nextDeviceIndex is the lowest device index no known ENI uses.
-func nextDeviceIndex(src *SourceState) int {
-	for i := 1; ; i++ {
-		if !slices.ContainsFunc(src.ENIs, func(e ENIState) bool { return e.DeviceNumber == i }) {
-			return i
+// nextSlot is where the next ENI goes: the default network card (0) and
+// its lowest free device index (the primary holds 0).
+func nextSlot(src *pool.EC2) (card, device int) {
+	used := map[int]bool{}
+	for _, e := range src.ENIs {
+		if e.NetworkCard == 0 {
+			used[e.DeviceNumber] = true
 		}
 	}
+	for used[device] {
+		device++
+	}
+	return 0, device
 }

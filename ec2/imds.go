@@ -17,6 +17,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/eni-cni/eni-cni/ec2/pool"
 )
 
 // Metadata is the part of the IMDS client discovery uses.
@@ -28,9 +30,9 @@ type Metadata interface {
 var ErrIMDS = errors.New("instance metadata")
 
 // Discover reads the instance and every attached ENI from IMDS.
-func Discover(ctx context.Context, md Metadata) (*Instance, error) {
+func Discover(ctx context.Context, md Metadata) (*pool.Instance, error) {
 	r := reader{md: md}
-	inst := &Instance{
+	inst := &pool.Instance{
 		ID:         r.get(ctx, "instance-id"),
 		Type:       r.get(ctx, "instance-type"),
 		AZ:         r.get(ctx, "placement/availability-zone"),
@@ -50,18 +52,22 @@ func Discover(ctx context.Context, md Metadata) (*Instance, error) {
 		}
 		inst.ENIs = append(inst.ENIs, e)
 	}
-	sort.Slice(inst.ENIs, func(i, j int) bool { return inst.ENIs[i].DeviceNumber < inst.ENIs[j].DeviceNumber })
+	sort.Slice(inst.ENIs, func(i, j int) bool {
+		a, b := inst.ENIs[i], inst.ENIs[j]
+		return a.NetworkCard < b.NetworkCard || (a.NetworkCard == b.NetworkCard && a.DeviceNumber < b.DeviceNumber)
+	})
 	if len(inst.ENIs) == 0 {
 		return nil, fmt.Errorf("%w: no network interfaces listed", ErrIMDS)
 	}
 	return inst, nil
 }
 
-func discoverENI(ctx context.Context, md Metadata, mac string) (ENIInfo, error) {
+func discoverENI(ctx context.Context, md Metadata, mac string) (pool.ENIInfo, error) {
 	r := reader{md: md}
 	base := "network/interfaces/macs/" + mac + "/"
-	e := ENIInfo{MAC: mac, ID: r.get(ctx, base+"interface-id"), SubnetID: r.get(ctx, base+"subnet-id")}
+	e := pool.ENIInfo{MAC: mac, ID: r.get(ctx, base+"interface-id"), SubnetID: r.get(ctx, base+"subnet-id")}
 	dev := r.get(ctx, base+"device-number")
+	card := r.optionalList(ctx, base+"network-card") // absent on single-card types
 	cidr := r.get(ctx, base+"subnet-ipv4-cidr-block")
 	vpcs := r.list(ctx, base+"vpc-ipv4-cidr-blocks")
 	ips := r.optionalList(ctx, base+"local-ipv4s")
@@ -73,6 +79,11 @@ func discoverENI(ctx context.Context, md Metadata, mac string) (ENIInfo, error) 
 	var err error
 	if e.DeviceNumber, err = strconv.Atoi(dev); err != nil || e.DeviceNumber < 0 {
 		return e, fmt.Errorf("%w: %s device-number %q", ErrIMDS, mac, dev)
+	}
+	if len(card) == 1 {
+		if e.NetworkCard, err = strconv.Atoi(card[0]); err != nil || e.NetworkCard < 0 {
+			return e, fmt.Errorf("%w: %s network-card %q", ErrIMDS, mac, card[0])
+		}
 	}
 	if e.SubnetCIDR, err = netip.ParsePrefix(cidr); err != nil {
 		return e, fmt.Errorf("%w: %s subnet-ipv4-cidr-block: %v", ErrIMDS, mac, err)

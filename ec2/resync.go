@@ -15,43 +15,60 @@ import (
 	"github.com/eni-cni/eni-cni/ec2/pool"
 )
 
+// TagNoManage on an ENI with the value "true" keeps eni-cni (and the AWS
+// VPC CNI) away from it: none of its addresses goes to a pod, none is
+// assigned to or taken from it.
+const TagNoManage = "node.k8s.amazonaws.com/no_manage"
+
 // attached is what EC2 says one attached ENI holds.
 type attached struct {
-	state    ENIState
+	state    pool.ENI
 	ips      []netip.Addr // secondary addresses
 	prefixes []netip.Prefix
 }
 
-// resync makes the store agree with EC2 after a pass that may have changed
-// EC2 without recording it (the process died, a save failed, an unassign
-// timed out). EC2's DescribeNetworkInterfaces is the truth, not IMDS, which
-// lags. It adds ENIs and addresses EC2 has and the store lacks, settles
-// addresses marked unusable (still assigned: usable again; gone: dropped
-// and tombstoned), and drops free addresses EC2 no longer assigns.
-// Allocated addresses are never dropped; a mismatch there is reported.
-func (w *Warmer) resync(ctx context.Context) error {
+// resync makes the store agree with EC2, whose DescribeNetworkInterfaces
+// (filtered to this instance) is the truth, not IMDS, which lags. It runs
+// when IMDS disagrees with the store, when the last pass may have changed
+// EC2 without recording it, and once an hour. See applyTruth.
+func (w *Warmer) resync(ctx context.Context, why string, d pool.Drift) error {
 	v, err := w.snapshot(ctx)
 	if err != nil {
 		return err
 	}
 	truth, err := w.describeAttached(ctx, v.src)
 	if err != nil {
-		return fmt.Errorf("resync with EC2: %w", err)
+		return fmt.Errorf("read EC2 back (%s): %w", why, err)
 	}
 	var report resyncReport
-	err = w.update(ctx, func(st *alloc.State, src *SourceState) error {
+	err = w.update(ctx, func(st *alloc.State, src *pool.EC2) error {
 		report = applyTruth(st, src, truth, w.now())
+		if report.reclaim {
+			// An ENI eni-cni created was detached: once it has sat
+			// available past the leak age, a sweep deletes it.
+			src.SweptBoot = ""
+		}
 		src.Dirty = false
+		src.LastDescribe = w.now().UTC()
+		src.Drift = d.Key()
 		return nil
 	})
-	if err == nil && report.changed() {
-		w.say("resynced with EC2: %s", report)
+	if err != nil {
+		return err
 	}
-	return err
+	if report.changed() {
+		w.say("read EC2 back (%s): %s", why, report)
+	}
+	for _, id := range report.detached {
+		w.warn("%s was detached from this instance behind eni-cni's back; its free addresses left the pool", id)
+	}
+	for _, l := range report.lost {
+		w.warn("%s (%s) is no longer assigned to this instance by EC2 (IMDS lacks it too): flagged lost in `eni-cni list`, never handed out again", l.IP, l.who)
+	}
+	return nil
 }
 
-func (w *Warmer) describeAttached(ctx context.Context, src *SourceState) (map[string]attached, error) {
-	primary := src.ENIs[0]
+func (w *Warmer) describeAttached(ctx context.Context, src *pool.EC2) (map[string]attached, error) {
 	in := &ec2.DescribeNetworkInterfacesInput{
 		Filters: []types.Filter{{Name: aws.String("attachment.instance-id"), Values: []string{src.InstanceID}}},
 	}
@@ -62,7 +79,7 @@ func (w *Warmer) describeAttached(ctx context.Context, src *SourceState) (map[st
 			return nil, fmt.Errorf("describe ENIs of %s: %w", src.InstanceID, err)
 		}
 		for i := range out.NetworkInterfaces {
-			a, err := w.attachedFrom(ctx, &out.NetworkInterfaces[i], src, primary)
+			a, err := w.attachedFrom(ctx, &out.NetworkInterfaces[i], src)
 			if err != nil {
 				return nil, err
 			}
@@ -75,13 +92,26 @@ func (w *Warmer) describeAttached(ctx context.Context, src *SourceState) (map[st
 	}
 }
 
-func (w *Warmer) attachedFrom(ctx context.Context, ni *types.NetworkInterface, src *SourceState, primary ENIState) (attached, error) {
-	e := ENIState{ID: aws.ToString(ni.NetworkInterfaceId), MAC: aws.ToString(ni.MacAddress), SubnetID: aws.ToString(ni.SubnetId), VPCCIDRs: primary.VPCCIDRs}
-	if ni.Attachment != nil {
-		e.DeviceNumber = int(aws.ToInt32(ni.Attachment.DeviceIndex))
+func (w *Warmer) attachedFrom(ctx context.Context, ni *types.NetworkInterface, src *pool.EC2) (attached, error) {
+	primary, _ := src.PrimaryENI()
+	e := pool.ENI{ID: aws.ToString(ni.NetworkInterfaceId), MAC: aws.ToString(ni.MacAddress), SubnetID: aws.ToString(ni.SubnetId), VPCCIDRs: primary.VPCCIDRs}
+	if at := ni.Attachment; at != nil {
+		e.DeviceNumber, e.NetworkCard = int(aws.ToInt32(at.DeviceIndex)), int(aws.ToInt32(at.NetworkCardIndex))
+		e.AttachmentID, e.DeleteOnTermination = aws.ToString(at.AttachmentId), aws.ToBool(at.DeleteOnTermination)
 	}
-	if known, ok := src.ENI(e.ID); ok {
+	for _, t := range ni.TagSet {
+		switch aws.ToString(t.Key) {
+		case TagNoManage:
+			e.Unmanaged = aws.ToString(t.Value) == "true"
+		case TagInstanceID:
+			e.Created = aws.ToString(t.Value) == src.InstanceID
+		}
+	}
+	if known, ok := src.ENI(e.ID); ok && known.SubnetCIDR.IsValid() {
 		e.SubnetCIDR, e.SecurityGroups = known.SubnetCIDR, known.SecurityGroups
+		if len(known.VPCCIDRs) > 0 {
+			e.VPCCIDRs = known.VPCCIDRs
+		}
 	} else {
 		cidr, err := w.subnetCIDR(ctx, e.SubnetID, primary)
 		if err != nil {
@@ -116,37 +146,95 @@ func (w *Warmer) attachedFrom(ctx context.Context, ni *types.NetworkInterface, s
 	return a, nil
 }
 
+type lostAddr struct {
+	IP  netip.Addr
+	who string
+}
+
 type resyncReport struct {
 	enis, added, settled, dropped int
-	mismatched                    []netip.Addr // allocated, but EC2 no longer assigns them
+	detached                      []string
+	reclaim                       bool       // a detached ENI was one eni-cni created
+	lost                          []lostAddr // allocated, but EC2 no longer assigns them
 }
 
 func (r resyncReport) changed() bool {
-	return r.enis+r.added+r.settled+r.dropped+len(r.mismatched) > 0
+	return r.enis+r.added+r.settled+r.dropped+len(r.detached)+len(r.lost) > 0
 }
 
 func (r resyncReport) String() string {
-	s := fmt.Sprintf("%d ENIs learnt, %d addresses added, %d unusable settled, %d dropped", r.enis, r.added, r.settled, r.dropped)
-	if len(r.mismatched) > 0 {
-		s += fmt.Sprintf("; WARNING: allocated addresses EC2 no longer assigns: %v", r.mismatched)
-	}
+	s := fmt.Sprintf("%d ENIs learnt, %d detached, %d addresses added, %d unusable settled, %d dropped, %d lost",
+		r.enis, len(r.detached), r.added, r.settled, r.dropped, len(r.lost))
 	return s
 }
 
 // applyTruth is resync's store update, pure given its inputs.
-func applyTruth(st *alloc.State, src *SourceState, truth map[string]attached, now time.Time) resyncReport {
+//   - ENIs: EC2's attributes win (tags: no_manage, created by eni-cni;
+//     attachment); ENIs no longer attached leave the store.
+//   - Addresses EC2 lists and the store lacks join the pool (assigned on
+//     ENIs eni-cni created, found elsewhere).
+//   - Free addresses EC2 no longer lists leave it (tombstoned, as IMDS may
+//     still list them); an allocated one is flagged lost: never handed out
+//     again, and dropped once its pod is gone.
+//   - Addresses marked unusable (a give-back whose result was not
+//     recorded) are settled: still assigned, usable again; gone, dropped.
+func applyTruth(st *alloc.State, src *pool.EC2, truth map[string]attached, now time.Time) resyncReport {
 	var r resyncReport
-	assigned := map[netip.Addr]string{}
-	for id, a := range truth {
-		if !slices.ContainsFunc(src.ENIs, func(e ENIState) bool { return e.ID == id }) {
-			src.ENIs = append(src.ENIs, a.state)
-			r.enis++
+	assigned := learnENIs(src, truth, &r)
+	who := map[netip.Addr]string{}
+	for _, a := range st.Allocations {
+		who[a.IP] = fmt.Sprintf("pod %s/%s, container %.12s", a.PodNamespace, a.PodName, a.ContainerID)
+	}
+	inPool := map[netip.Addr]bool{}
+	src.Addrs = slices.DeleteFunc(src.Addrs, func(p pool.Addr) bool {
+		inPool[p.IP] = true
+		_, ok := assigned[p.IP]
+		_, held := who[p.IP]
+		switch {
+		case ok && p.Unusable:
+			r.settled++
+		case !ok && held:
+			if !p.Lost {
+				r.lost = append(r.lost, lostAddr{p.IP, who[p.IP]})
+			}
+		case !ok:
+			r.dropped++
+			src.Bury(p.IP, now)
+			return true
 		}
-		for i := range src.ENIs {
-			if src.ENIs[i].ID == id {
-				src.ENIs[i].Secondary, src.ENIs[i].Prefixes = a.state.Secondary, a.state.Prefixes
+		return false
+	})
+	for i := range src.Addrs {
+		a := &src.Addrs[i]
+		eni, ok := assigned[a.IP]
+		a.Unusable, a.Lost = false, !ok
+		if ok {
+			a.ENI = eni
+			if e, _ := src.ENI(eni); e.Created {
+				a.Origin = pool.OriginAssigned // learnt that eni-cni created its ENI
 			}
 		}
+	}
+	for ip, id := range assigned {
+		if !inPool[ip] {
+			e, _ := src.ENI(id)
+			src.AddAddrs(id, e.FoundOrigin(), []netip.Addr{ip}, now)
+			r.added++
+		}
+	}
+	src.SortAddrs()
+	return r
+}
+
+// learnENIs makes the section's ENIs those EC2 lists as attached, with
+// EC2's attributes, and returns which ENI each assigned address is on.
+func learnENIs(src *pool.EC2, truth map[string]attached, r *resyncReport) map[netip.Addr]string {
+	assigned := map[netip.Addr]string{}
+	for id, a := range truth {
+		if _, known := src.ENI(id); !known {
+			r.enis++
+		}
+		learnENI(src, a.state)
 		for _, ip := range a.ips {
 			assigned[ip] = id
 		}
@@ -156,40 +244,40 @@ func applyTruth(st *alloc.State, src *SourceState, truth map[string]attached, no
 			}
 		}
 	}
-	slices.SortFunc(src.ENIs, func(a, b ENIState) int { return a.DeviceNumber - b.DeviceNumber })
-	allocated := map[netip.Addr]bool{}
-	for _, a := range st.Allocations {
-		allocated[a.IP] = true
-	}
-	until := now.Add(pool.TombstoneTTL).UTC()
-	inPool := map[netip.Addr]bool{}
-	st.Pool = slices.DeleteFunc(st.Pool, func(p alloc.PoolAddr) bool {
-		inPool[p.IP] = true
-		_, ok := assigned[p.IP]
-		switch {
-		case ok && p.Unusable:
-			r.settled++
-		case !ok && allocated[p.IP]:
-			r.mismatched = append(r.mismatched, p.IP)
-		case !ok:
-			r.dropped++
-			src.Tombstones = append(src.Tombstones, Tombstone{IP: p.IP, Until: until})
-			return true
+	src.ENIs = slices.DeleteFunc(src.ENIs, func(e pool.ENI) bool {
+		_, ok := truth[e.ID]
+		if !ok {
+			r.detached = append(r.detached, e.ID)
+			r.reclaim = r.reclaim || e.Created
 		}
-		return false
+		return !ok
 	})
-	for i := range st.Pool {
-		// Assigned: usable. Allocated but no longer assigned: kept out of
-		// use, so that once its pod is gone it is dropped, not reused.
-		_, ok := assigned[st.Pool[i].IP]
-		st.Pool[i].Unusable = !ok
+	src.SortENIs()
+	return assigned
+}
+
+// learnENI records what EC2 says about an attached ENI.
+func learnENI(src *pool.EC2, e pool.ENI) {
+	i := slices.IndexFunc(src.ENIs, func(k pool.ENI) bool { return k.ID == e.ID })
+	if i < 0 {
+		src.ENIs = append(src.ENIs, e)
+		return
 	}
-	for ip, eni := range assigned {
-		if !inPool[ip] {
-			st.Pool = append(st.Pool, alloc.PoolAddr{IP: ip, ENI: eni, AddedAt: now.UTC()})
-			r.added++
-		}
+	k := &src.ENIs[i]
+	k.DeviceNumber, k.NetworkCard, k.Secondary, k.Prefixes = e.DeviceNumber, e.NetworkCard, e.Secondary, e.Prefixes
+	k.Unmanaged, k.Unverified = e.Unmanaged, false
+	k.Created = k.Created || e.Created
+	k.AttachmentID, k.DeleteOnTermination = e.AttachmentID, e.DeleteOnTermination
+	if k.MAC == "" {
+		k.MAC = e.MAC
 	}
-	pool.SortPool(st)
-	return r
+	if !k.PrimaryIP.IsValid() {
+		k.PrimaryIP = e.PrimaryIP
+	}
+	if !k.SubnetCIDR.IsValid() {
+		k.SubnetID, k.SubnetCIDR, k.SecurityGroups = e.SubnetID, e.SubnetCIDR, e.SecurityGroups
+	}
+	if len(k.VPCCIDRs) == 0 {
+		k.VPCCIDRs = e.VPCCIDRs
+	}
 }

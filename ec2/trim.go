@@ -27,20 +27,19 @@ type giveBack struct {
 // one while EC2 is taking it away.
 func (w *Warmer) trim(ctx context.Context) error {
 	var batches []giveBack
-	err := w.update(ctx, func(st *alloc.State, src *SourceState) error {
-		src.Dirty = true // saved with the marks, before any unassign call
+	err := w.update(ctx, func(st *alloc.State, src *pool.EC2) error {
 		c := w.Mgr.Counts(st)
 		surplus := min(c.Free-w.Cfg.WarmIPTarget, c.Total-w.Cfg.MinimumIPTarget)
 		if surplus <= 0 {
 			return nil
 		}
 		batches = w.pickSurplus(st, src, surplus)
-		if len(batches) == 0 {
-			src.Dirty = false // nothing will be called: leave the flag as it was
-		}
 		for _, b := range batches {
-			setUnusable(st, b, true)
+			setUnusable(src, b, true)
 		}
+		// Saved with the marks, before any unassign call; a trim with
+		// nothing to give back changes (and saves) nothing.
+		src.Dirty = src.Dirty || len(batches) > 0
 		return nil
 	})
 	if err != nil || len(batches) == 0 {
@@ -61,11 +60,14 @@ func (w *Warmer) trim(ctx context.Context) error {
 // pickSurplus chooses what to give back, from the highest ENI down so the
 // primary ENI keeps its addresses. With prefix delegation only whole
 // prefixes whose every address qualifies are given back.
-func (w *Warmer) pickSurplus(st *alloc.State, src *SourceState, surplus int) []giveBack {
-	ok := w.trimmable(st)
+func (w *Warmer) pickSurplus(st *alloc.State, src *pool.EC2, surplus int) []giveBack {
+	ok := w.trimmable(st, src)
 	var out []giveBack
 	for i := len(src.ENIs) - 1; i >= 0 && surplus > 0; i-- {
 		e := src.ENIs[i]
+		if e.Unmanaged {
+			continue
+		}
 		b := giveBack{eni: e.ID}
 		for _, p := range e.Prefixes {
 			addrs := pool.Expand(p)
@@ -74,7 +76,7 @@ func (w *Warmer) pickSurplus(st *alloc.State, src *SourceState, surplus int) []g
 				surplus -= len(addrs)
 			}
 		}
-		for _, p := range st.Pool {
+		for _, p := range src.Addrs {
 			if surplus > 0 && p.ENI == e.ID && ok[p.IP] && !inPrefixes(e.Prefixes, p.IP) {
 				b.ips = append(b.ips, p.IP)
 				surplus--
@@ -87,8 +89,9 @@ func (w *Warmer) pickSurplus(st *alloc.State, src *SourceState, surplus int) []g
 	return out
 }
 
-// trimmable is the set of pool addresses that may be given back now.
-func (w *Warmer) trimmable(st *alloc.State) map[netip.Addr]bool {
+// trimmable is the set of pool addresses that may be given back now: only
+// addresses warm assigned, never ones found on the instance.
+func (w *Warmer) trimmable(st *alloc.State, src *pool.EC2) map[netip.Addr]bool {
 	busy := map[netip.Addr]bool{}
 	for _, a := range st.Allocations {
 		busy[a.IP] = true
@@ -98,8 +101,8 @@ func (w *Warmer) trimmable(st *alloc.State) map[netip.Addr]bool {
 	}
 	cutoff := w.now().Add(-w.Cfg.TrimAfter)
 	ok := map[netip.Addr]bool{}
-	for _, p := range st.Pool {
-		if !p.Unusable && !busy[p.IP] && !p.AddedAt.After(cutoff) {
+	for _, p := range src.Addrs {
+		if p.Origin == pool.OriginAssigned && !p.Unusable && !p.Lost && !busy[p.IP] && !p.AddedAt.After(cutoff) {
 			ok[p.IP] = true
 		}
 	}
@@ -110,9 +113,9 @@ func inPrefixes(ps []netip.Prefix, ip netip.Addr) bool {
 	return slices.ContainsFunc(ps, func(p netip.Prefix) bool { return p.Contains(ip) })
 }
 
-func setUnusable(st *alloc.State, b giveBack, v bool) {
-	for i := range st.Pool {
-		p := &st.Pool[i]
+func setUnusable(src *pool.EC2, b giveBack, v bool) {
+	for i := range src.Addrs {
+		p := &src.Addrs[i]
 		if p.ENI == b.eni && (slices.Contains(b.ips, p.IP) || inPrefixes(b.prefixes, p.IP)) {
 			p.Unusable = v
 		}
@@ -136,8 +139,8 @@ func (w *Warmer) unassign(ctx context.Context, b giveBack) error {
 	if _, err := w.API.UnassignPrivateIpAddresses(ctx, in); err != nil {
 		return fmt.Errorf("unassign %s from %s (kept unusable until the next pass checks EC2): %w", describe(b.ips, b.prefixes), b.eni, err)
 	}
-	err := w.update(context.WithoutCancel(ctx), func(st *alloc.State, src *SourceState) error {
-		w.forget(st, src, b)
+	err := w.update(context.WithoutCancel(ctx), func(st *alloc.State, src *pool.EC2) error {
+		w.forget(src, b)
 		return nil
 	})
 	if err == nil {
@@ -146,12 +149,11 @@ func (w *Warmer) unassign(ctx context.Context, b giveBack) error {
 	return err
 }
 
-func (w *Warmer) forget(st *alloc.State, src *SourceState, b giveBack) {
-	until := w.now().Add(pool.TombstoneTTL).UTC()
-	st.Pool = slices.DeleteFunc(st.Pool, func(p alloc.PoolAddr) bool {
+func (w *Warmer) forget(src *pool.EC2, b giveBack) {
+	src.Addrs = slices.DeleteFunc(src.Addrs, func(p pool.Addr) bool {
 		gone := p.ENI == b.eni && p.Unusable && (slices.Contains(b.ips, p.IP) || inPrefixes(b.prefixes, p.IP))
 		if gone {
-			src.Tombstones = append(src.Tombstones, Tombstone{IP: p.IP, Until: until})
+			src.Bury(p.IP, w.now())
 		}
 		return gone
 	})

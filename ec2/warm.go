@@ -1,10 +1,13 @@
 package ec2
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"slices"
@@ -13,7 +16,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
-	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/smithy-go"
 
 	"github.com/eni-cni/eni-cni/alloc"
@@ -33,10 +35,24 @@ type API interface {
 	DeleteNetworkInterface(context.Context, *ec2.DeleteNetworkInterfaceInput, ...func(*ec2.Options)) (*ec2.DeleteNetworkInterfaceOutput, error)
 }
 
-// HostENI prepares the node side of a secondary ENI: link up with the MTU
-// and its route table. It must be idempotent.
+// HostENI is the node side `warm` keeps in shape. Both methods must be
+// idempotent.
 type HostENI interface {
-	SetupENI(ctx context.Context, e ENIState) error
+	// SetupENI waits for the link of an ENI just attached and prepares
+	// it: up with the MTU, and its route table.
+	SetupENI(ctx context.Context, e pool.ENI) error
+	// Reassert puts back what the node should have and may have lost (a
+	// table flushed by systemd-networkd or amazon-ec2-net-utils, a link
+	// set down, a rule deleted): each secondary ENI's link and table, and
+	// each pod's rules. It reports what it had to repair and what it could
+	// not find (an ENI's link not, or no longer, on the node).
+	Reassert(ctx context.Context, enis []pool.ENI, pods []alloc.Allocation) (HostReport, error)
+}
+
+// HostReport is what Reassert found.
+type HostReport struct {
+	Repaired []string // what was put back
+	Missing  []string // ENIs whose link is not on the node
 }
 
 // Warmer runs one `eni-cni warm` pass.
@@ -45,8 +61,9 @@ type Warmer struct {
 	API  API
 	MD   Metadata
 	Host HostENI
-	Cfg  WarmConfig
+	Cfg  pool.WarmConfig
 	Out  io.Writer
+	Log  *slog.Logger // optional; warnings also go here
 	Now  func() time.Time
 }
 
@@ -63,69 +80,106 @@ func (w *Warmer) say(format string, args ...any) {
 	}
 }
 
+// warn is say for what an operator must not miss: a WARN line in the log
+// (stderr, which the timer's journal keeps) when there is one, else a
+// WARNING line in the pass's output.
+func (w *Warmer) warn(format string, args ...any) {
+	if w.Log != nil {
+		w.Log.Warn(fmt.Sprintf(format, args...))
+		return
+	}
+	w.say("WARNING: "+format, args...)
+}
+
 // view is a snapshot of the store taken under the lock.
 type view struct {
 	st     *alloc.State
-	src    *SourceState
+	src    *pool.EC2 // never nil: empty on a node warm never ran on
 	counts alloc.Counts
 }
 
 func (w *Warmer) snapshot(ctx context.Context) (*view, error) {
 	var v view
 	err := w.Mgr.Update(ctx, func(st *alloc.State) (bool, error) {
-		src, err := pool.LoadSource(st)
-		if err != nil {
-			return false, err
-		}
-		v = view{st: st, src: src, counts: w.Mgr.Counts(st)}
+		v = view{st: st, src: section(st), counts: w.Mgr.Counts(st)}
 		return false, nil
 	})
 	return &v, err
 }
 
-// update applies fn to the current state and source under the lock.
-func (w *Warmer) update(ctx context.Context, fn func(*alloc.State, *SourceState) error) error {
-	return w.Mgr.Update(ctx, func(st *alloc.State) (bool, error) {
-		src, err := pool.LoadSource(st)
+// section returns the state's ec2 section, creating an empty one.
+func section(st *alloc.State) *pool.EC2 {
+	if st.EC2 == nil {
+		st.EC2 = &pool.EC2{}
+	}
+	return st.EC2
+}
+
+// update applies fn to the current state and its ec2 section under the
+// lock, and saves only if fn changed the section: a pass with nothing to
+// do writes nothing.
+func (w *Warmer) update(ctx context.Context, fn func(*alloc.State, *pool.EC2) error) error {
+	return updateSection(ctx, w.Mgr, fn)
+}
+
+func updateSection(ctx context.Context, mgr *alloc.Manager, fn func(*alloc.State, *pool.EC2) error) error {
+	return mgr.Update(ctx, func(st *alloc.State) (bool, error) {
+		before, err := json.Marshal(st.EC2)
 		if err != nil {
 			return false, err
 		}
-		if err := fn(st, src); err != nil {
+		if err := fn(st, section(st)); err != nil {
 			return false, err
 		}
-		return true, pool.SaveSource(st, src)
+		after, err := json.Marshal(st.EC2)
+		return !bytes.Equal(before, after), err
 	})
 }
 
-// Run tops the pool up to the targets, or trims it back, and returns. The
-// lock is held only around state I/O, never across an EC2 or IMDS call.
+// Run is one pass: it reads IMDS, then does what RunWith does.
 func (w *Warmer) Run(ctx context.Context) error {
-	v, err := w.snapshot(ctx)
+	inst, err := Discover(ctx, w.MD)
 	if err != nil {
 		return err
 	}
-	if v.src.InstanceID == "" || len(v.src.ENIs) == 0 {
-		if err := w.discover(ctx); err != nil {
-			return err
-		}
+	return w.RunWith(ctx, inst)
+}
+
+// RunWith is one pass given what IMDS said at its start. Cheap first: the
+// instance's identity and IMDS against the store (local, free); EC2's
+// DescribeNetworkInterfaces only when they disagree, when the last pass
+// left work unrecorded, or once an hour; then the ENIs' lifecycle, the
+// node side of every ENI and pod, and last the pool's size. The lock is
+// held only around state I/O, never across an EC2 or IMDS call.
+func (w *Warmer) RunWith(ctx context.Context, inst *pool.Instance) error {
+	drift, err := w.observe(ctx, inst)
+	if err != nil {
+		return err
+	}
+	v, err := w.snapshot(ctx)
+	if err != nil {
+		return err
 	}
 	if v.src.Limits == nil {
 		if err := w.fetchLimits(ctx); err != nil {
 			return err
 		}
 	}
-	if v.src.Dirty || hasUnusable(v.st) {
-		if err := w.resync(ctx); err != nil {
+	if why := w.describeReason(v.src, drift); why != "" {
+		if err := w.resync(ctx, why, drift); err != nil {
 			return err
 		}
 	}
+	// Lifecycle and node-side failures are reported at the end: they must
+	// not keep the pool from being filled.
+	later := errors.Join(w.settleENIs(ctx), w.reassertHost(ctx))
 	if err := w.fill(ctx); err != nil {
-		return err
+		return errors.Join(err, later)
 	}
 	if err := w.trim(ctx); err != nil {
-		return err
+		return errors.Join(err, later)
 	}
-	return w.setDirty(ctx, false)
+	return errors.Join(w.setDirty(ctx, false), later)
 }
 
 // setDirty records whether EC2 may hold changes the store does not. It
@@ -136,22 +190,17 @@ func (w *Warmer) setDirty(ctx context.Context, dirty bool) error {
 	if err != nil || v.src.Dirty == dirty {
 		return err
 	}
-	return w.update(context.WithoutCancel(ctx), func(_ *alloc.State, src *SourceState) error {
+	return w.update(context.WithoutCancel(ctx), func(_ *alloc.State, src *pool.EC2) error {
 		src.Dirty = dirty
 		return nil
 	})
 }
 
-// refused handles a failed call that would have added to what EC2 assigns.
-// An error from EC2 itself (after the SDK's retries) means the request was
-// rejected, and a failed dial means it never left: nothing changed and the
-// store is left as it was. Anything else (a timeout, a connection lost
-// mid-call) may hide a change, and the dirty marker stays for the next
-// pass to resync.
+// refused handles a failed call that would have added to what EC2 assigns:
+// if EC2 certainly did nothing (see refusal) the dirty mark is cleared;
+// otherwise it stays for the next pass to resync.
 func (w *Warmer) refused(ctx context.Context, err error) error {
-	var api smithy.APIError
-	var op *net.OpError
-	if errors.As(err, &api) || (errors.As(err, &op) && op.Op == "dial") {
+	if refusal(err) {
 		if derr := w.setDirty(ctx, false); derr != nil {
 			return errors.Join(err, derr)
 		}
@@ -159,40 +208,18 @@ func (w *Warmer) refused(ctx context.Context, err error) error {
 	return err
 }
 
-func hasUnusable(st *alloc.State) bool {
-	for _, p := range st.Pool {
-		if p.Unusable {
-			return true
-		}
-	}
-	return false
+// refusal reports whether a failed call certainly changed nothing: an
+// error from EC2 itself (after the SDK's retries) means the request was
+// rejected, and a failed dial means it never left. Anything else (a
+// timeout, a connection lost mid-call) may hide a change.
+func refusal(err error) bool {
+	var api smithy.APIError
+	var op *net.OpError
+	return errors.As(err, &api) || (errors.As(err, &op) && op.Op == "dial")
 }
 
-// Refresh reads IMDS and merges what it lists into the store.
-func Refresh(ctx context.Context, mgr *alloc.Manager, md Metadata, now time.Time) (*Instance, int, error) {
-	inst, err := Discover(ctx, md)
-	if err != nil {
-		return nil, 0, err
-	}
-	added := 0
-	err = mgr.Update(ctx, func(st *alloc.State) (bool, error) {
-		src, err := pool.LoadSource(st)
-		if err != nil {
-			return false, err
-		}
-		added = pool.Merge(st, src, inst, now)
-		return true, pool.SaveSource(st, src)
-	})
-	return inst, added, err
-}
-
-func (w *Warmer) discover(ctx context.Context) error {
-	inst, added, err := Refresh(ctx, w.Mgr, w.MD, w.now())
-	if err != nil {
-		return err
-	}
-	w.say("discovered %s (%s) with %d ENIs; %d addresses added to the pool", inst.ID, inst.Type, len(inst.ENIs), added)
-	return nil
+func hasUnusable(src *pool.EC2) bool {
+	return slices.ContainsFunc(src.Addrs, func(a pool.Addr) bool { return a.Unusable })
 }
 
 func (w *Warmer) fetchLimits(ctx context.Context) error {
@@ -200,22 +227,12 @@ func (w *Warmer) fetchLimits(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	out, err := w.API.DescribeInstanceTypes(ctx, &ec2.DescribeInstanceTypesInput{
-		InstanceTypes: []types.InstanceType{types.InstanceType(v.src.InstanceType)},
-	})
+	lim, err := DescribeLimits(ctx, w.API, v.src.InstanceType)
 	if err != nil {
-		return fmt.Errorf("describe instance type %s: %w", v.src.InstanceType, err)
-	}
-	if len(out.InstanceTypes) != 1 || out.InstanceTypes[0].NetworkInfo == nil {
-		return fmt.Errorf("describe instance type %s: no network info in the reply", v.src.InstanceType)
-	}
-	ni := out.InstanceTypes[0].NetworkInfo
-	lim := &Limits{MaxENIs: int(aws.ToInt32(ni.MaximumNetworkInterfaces)), IPv4PerENI: int(aws.ToInt32(ni.Ipv4AddressesPerInterface))}
-	if lim.MaxENIs < 1 || lim.IPv4PerENI < 2 {
-		return fmt.Errorf("describe instance type %s: implausible limits %+v", v.src.InstanceType, *lim)
+		return err
 	}
 	w.say("limits of %s: %d ENIs, %d IPv4 addresses each", v.src.InstanceType, lim.MaxENIs, lim.IPv4PerENI)
-	return w.update(ctx, func(_ *alloc.State, src *SourceState) error {
+	return w.update(ctx, func(_ *alloc.State, src *pool.EC2) error {
 		src.Limits = lim
 		return nil
 	})
@@ -255,30 +272,46 @@ func (w *Warmer) fill(ctx context.Context) error {
 }
 
 // slots is how many secondary addresses or prefixes one ENI takes.
-func slots(src *SourceState) int { return src.Limits.IPv4PerENI - 1 }
+func slots(src *pool.EC2) int { return src.Limits.IPv4PerENI - 1 }
 
-// roomyENI returns the lowest-numbered ENI with free slots and how many.
-func (w *Warmer) roomyENI(src *SourceState) (ENIState, int) {
+// roomyENI returns the lowest-numbered ENI eni-cni may manage with free
+// slots, and how many.
+func (w *Warmer) roomyENI(src *pool.EC2) (pool.ENI, int) {
 	for _, e := range src.ENIs {
+		if e.Unmanaged || e.Unverified {
+			continue
+		}
 		if room := slots(src) - e.Secondary - len(e.Prefixes); room > 0 {
 			return e, room
 		}
 	}
-	return ENIState{}, 0
+	return pool.ENI{}, 0
 }
 
-func (w *Warmer) maxENIs(src *SourceState) int {
+func (w *Warmer) maxENIs(src *pool.EC2) int {
 	if w.Cfg.MaxENIs > 0 {
 		return min(w.Cfg.MaxENIs, src.Limits.MaxENIs)
 	}
 	return src.Limits.MaxENIs
 }
 
-func (w *Warmer) canCreate(src *SourceState) bool { return len(src.ENIs) < w.maxENIs(src) }
+// canCreate: fewer ENIs on the default network card than maxENIs. warm
+// attaches only there (the instance type's maxPods assumes as much, see
+// pool.MaxPods); ENIs on other cards are someone else's, used where
+// managed, with their own device index and table.
+func (w *Warmer) canCreate(src *pool.EC2) bool {
+	n := 0
+	for _, e := range src.ENIs {
+		if e.NetworkCard == 0 {
+			n++
+		}
+	}
+	return n < w.maxENIs(src)
+}
 
 // assign asks EC2 for addresses (or /28 prefixes) on e and records exactly
 // what the reply says was assigned.
-func (w *Warmer) assign(ctx context.Context, e ENIState, need, room int) error {
+func (w *Warmer) assign(ctx context.Context, e pool.ENI, need, room int) error {
 	in := &ec2.AssignPrivateIpAddressesInput{NetworkInterfaceId: aws.String(e.ID)}
 	if w.Cfg.PrefixDelegation {
 		in.Ipv4PrefixCount = aws.Int32(int32(min((need+15)/16, room)))
@@ -315,8 +348,8 @@ func (w *Warmer) assign(ctx context.Context, e ENIState, need, room int) error {
 func (w *Warmer) record(ctx context.Context, eniID string, ips []netip.Addr, prefixes []netip.Prefix) (int, error) {
 	added := 0
 	// EC2 has made the change: record it even if the pass's time is up.
-	err := w.update(context.WithoutCancel(ctx), func(st *alloc.State, src *SourceState) error {
-		i := slices.IndexFunc(src.ENIs, func(e ENIState) bool { return e.ID == eniID })
+	err := w.update(context.WithoutCancel(ctx), func(st *alloc.State, src *pool.EC2) error {
+		i := slices.IndexFunc(src.ENIs, func(e pool.ENI) bool { return e.ID == eniID })
 		if i < 0 {
 			return fmt.Errorf("record addresses of %s: ENI not in the store", eniID)
 		}
@@ -328,27 +361,10 @@ func (w *Warmer) record(ctx context.Context, eniID string, ips []netip.Addr, pre
 			}
 			all = append(all, pool.Expand(p)...)
 		}
-		added = addToPool(st, eniID, all, w.now())
+		added = src.AddAddrs(eniID, pool.OriginAssigned, all, w.now())
 		return nil
 	})
 	return added, err
-}
-
-func addToPool(st *alloc.State, eniID string, ips []netip.Addr, now time.Time) int {
-	have := make(map[netip.Addr]bool, len(st.Pool))
-	for _, p := range st.Pool {
-		have[p.IP] = true
-	}
-	n := 0
-	for _, ip := range ips {
-		if !have[ip] {
-			st.Pool = append(st.Pool, alloc.PoolAddr{IP: ip, ENI: eniID, AddedAt: now.UTC()})
-			have[ip] = true
-			n++
-		}
-	}
-	pool.SortPool(st)
-	return n
 }
 
 func describe(ips []netip.Addr, prefixes []netip.Prefix) string {

@@ -113,8 +113,11 @@ func TestEC2PodsOnENIs(t *testing.T) {
 
 	// Pass 1: the store is new. IMDS discovery, the type's limits, and 3
 	// addresses on the primary ENI.
+	// The first pass of a store also reads the ENIs back from EC2 (their
+	// tags: no_manage, created by eni-cni) and looks for leaked ENIs once
+	// in the boot: two DescribeNetworkInterfaces.
 	o := nw.mustWarm(t)
-	want := map[string]int{"DescribeInstanceTypes": 1, "AssignPrivateIpAddresses": 1}
+	want := map[string]int{"DescribeInstanceTypes": 1, "AssignPrivateIpAddresses": 1, "DescribeNetworkInterfaces": 2}
 	if got := en.fake.Calls(); !maps.Equal(got, want) {
 		t.Errorf("first warm: EC2 calls %s, want %s", formatCalls(got), formatCalls(want))
 	}
@@ -528,10 +531,11 @@ func TestEC2PreattachedENIWithFakeCommand(t *testing.T) {
 	}
 
 	// Discovery finds 5 addresses on the (full) primary ENI; 1 more goes on
-	// the pre-attached ENI.
+	// the pre-attached ENI once EC2 has shown its tags (no no_manage); two
+	// DescribeNetworkInterfaces: that, and the boot's look for leaked ENIs.
 	o := warm()
 	d = f.read(t)
-	want := map[string]int{"DescribeInstanceTypes": 1, "AssignPrivateIpAddresses": 1}
+	want := map[string]int{"DescribeInstanceTypes": 1, "AssignPrivateIpAddresses": 1, "DescribeNetworkInterfaces": 2}
 	if !maps.Equal(d.Calls, want) || len(d.ENIs[1].SecondaryIPs) != 1 {
 		t.Errorf("warm: describe file calls %s, ENI %s addresses %v; want %s and 1 address; warm said %q",
 			formatCalls(d.Calls), extra.ID, d.ENIs[1].SecondaryIPs, formatCalls(want), o.stdout)
@@ -540,12 +544,10 @@ func TestEC2PreattachedENIWithFakeCommand(t *testing.T) {
 	if got := f.read(t).Calls; !maps.Equal(got, want) {
 		t.Errorf("warm without churn: describe file calls went from %s to %s", formatCalls(want), formatCalls(got))
 	}
-	if rs := n.tableRoutes(t, extra.DeviceIndex+1); len(rs) != 0 {
-		t.Errorf("table %d before any pod on %s: %v, want empty (warm sets up only ENIs it creates)", extra.DeviceIndex+1, extra.ID, rs)
-	}
+	// warm sets up (and keeps up) every ENI it manages, found ones too.
+	en.assertENITable(t, extraLink, extra.DeviceIndex+1, netip.MustParsePrefix(ec2SubnetCIDR))
 
-	// Six pods: five on the primary ENI, the sixth on the pre-attached one,
-	// whose link and table that ADD sets up.
+	// Six pods: five on the primary ENI, the sixth on the pre-attached one.
 	eniOf := map[string]ec2fake.ENI{}
 	for _, e := range f.read(t).ENIs {
 		for _, ip := range e.SecondaryIPs {

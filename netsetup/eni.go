@@ -33,37 +33,54 @@ var ErrNoLink = errors.New("no link with the ENI's MAC")
 // and the default route via the subnet's router. It checks before it
 // changes anything, so ADD can call it every time at the cost of a lookup.
 func EnsureENI(e ENILink) error {
+	_, err := ReassertENI(e)
+	return err
+}
+
+// ReassertENI is EnsureENI that says what it had to put back ("" when the
+// link was as it should be): `warm` runs it on every pass, for every ENI,
+// because systemd-networkd or amazon-ec2-net-utils may flush a table or
+// take a link down behind eni-cni's back.
+func ReassertENI(e ENILink) (repaired string, err error) {
 	link, err := linkByMAC(e.MAC)
 	if err != nil {
-		return err
+		return "", err
 	}
-	if eniReady(link, e) {
-		return nil
+	missing := eniMissing(link, e)
+	if len(missing) == 0 {
+		return "", nil
 	}
 	name := link.Attrs().Name
 	if e.MTU > 0 && link.Attrs().MTU != e.MTU {
 		if err := netlink.LinkSetMTU(link, e.MTU); err != nil {
-			return fmt.Errorf("set mtu %d on %s: %w", e.MTU, name, err)
+			return "", fmt.Errorf("set mtu %d on %s: %w", e.MTU, name, err)
 		}
 	}
 	if err := netlink.LinkSetUp(link); err != nil {
-		return fmt.Errorf("set %s up: %w", name, err)
+		return "", fmt.Errorf("set %s up: %w", name, err)
 	}
-	if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+name+"/rp_filter", []byte("2"), 0o644); err != nil {
-		return fmt.Errorf("loose rp_filter on %s: %w", name, err)
+	if err := os.WriteFile(rpFilterPath(name), []byte("2"), 0o644); err != nil {
+		return "", fmt.Errorf("loose rp_filter on %s: %w", name, err)
 	}
+	for _, r := range eniRoutes(link, e) {
+		if err := netlink.RouteReplace(r); err != nil {
+			return "", fmt.Errorf("add route %s to table %d: %w", r, e.Table, err)
+		}
+	}
+	return fmt.Sprintf("%s (table %d): %s", name, e.Table, strings.Join(missing, ", ")), nil
+}
+
+func rpFilterPath(link string) string { return "/proc/sys/net/ipv4/conf/" + link + "/rp_filter" }
+
+// eniRoutes are the routes of the ENI's table: the subnet on the link and
+// the default route via the subnet's router.
+func eniRoutes(link netlink.Link, e ENILink) []*netlink.Route {
 	idx := link.Attrs().Index
 	subnet := &net.IPNet{IP: e.SubnetCIDR.Masked().Addr().AsSlice(), Mask: net.CIDRMask(e.SubnetCIDR.Bits(), 32)}
-	routes := []*netlink.Route{
+	return []*netlink.Route{
 		{LinkIndex: idx, Dst: subnet, Scope: netlink.SCOPE_LINK, Table: e.Table},
 		{LinkIndex: idx, Dst: &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, Gw: e.Gateway.AsSlice(), Table: e.Table},
 	}
-	for _, r := range routes {
-		if err := netlink.RouteReplace(r); err != nil {
-			return fmt.Errorf("add route %s to table %d: %w", r, e.Table, err)
-		}
-	}
-	return nil
 }
 
 // WaitENI waits for the ENI's link to appear (after an attach the kernel
@@ -84,21 +101,40 @@ func WaitENI(ctx context.Context, e ENILink) error {
 	}
 }
 
-func eniReady(link netlink.Link, e ENILink) bool {
-	if link.Attrs().Flags&net.FlagUp == 0 || (e.MTU > 0 && link.Attrs().MTU != e.MTU) {
-		return false
+// eniMissing lists what the ENI's link lacks: up, MTU, loose rp_filter,
+// the subnet route and the default route of its table.
+func eniMissing(link netlink.Link, e ENILink) []string {
+	var out []string
+	if link.Attrs().Flags&net.FlagUp == 0 {
+		out = append(out, "link down")
+	}
+	if e.MTU > 0 && link.Attrs().MTU != e.MTU {
+		out = append(out, fmt.Sprintf("mtu %d", link.Attrs().MTU))
+	}
+	if b, err := os.ReadFile(rpFilterPath(link.Attrs().Name)); err != nil || strings.TrimSpace(string(b)) != "2" {
+		out = append(out, "strict rp_filter")
 	}
 	filter := &netlink.Route{Table: e.Table, LinkIndex: link.Attrs().Index}
 	routes, err := netlinksafe.RouteListFiltered(unix.AF_INET, filter, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_OIF)
 	if err != nil {
-		return false
+		return append(out, "routes unreadable")
 	}
+	var subnet, dflt bool
 	for _, r := range routes {
-		if r.Dst == nil || r.Dst.String() == "0.0.0.0/0" {
-			return r.Gw.Equal(e.Gateway.AsSlice())
+		switch {
+		case r.Dst == nil || r.Dst.String() == "0.0.0.0/0":
+			dflt = dflt || r.Gw.Equal(e.Gateway.AsSlice())
+		case r.Dst.String() == e.SubnetCIDR.Masked().String():
+			subnet = true
 		}
 	}
-	return false
+	if !subnet {
+		out = append(out, "subnet route")
+	}
+	if !dflt {
+		out = append(out, "default route")
+	}
+	return out
 }
 
 func linkByMAC(mac string) (netlink.Link, error) {
@@ -112,4 +148,60 @@ func linkByMAC(mac string) (netlink.Link, error) {
 		}
 	}
 	return nil, fmt.Errorf("%w %s", ErrNoLink, mac)
+}
+
+// PodRules are the policy rules a pod address should have: `to IP lookup
+// main`, and for an address of a secondary ENI `from IP [to each of
+// FromDsts] lookup Table`.
+type PodRules struct {
+	IP       netip.Addr
+	Table    int
+	FromDsts []netip.Prefix
+}
+
+// ReassertPodRules adds the rules of pods that are missing (one dump of
+// the rule list, then only the adds needed) and says which it put back.
+func ReassertPodRules(pods []PodRules) (repaired []string, err error) {
+	have, err := OurRules()
+	if err != nil {
+		return nil, err
+	}
+	type key struct {
+		ip    netip.Addr
+		from  bool
+		table int
+		dst   netip.Prefix
+	}
+	present := make(map[key]bool, len(have))
+	for _, r := range have {
+		present[key{r.IP, r.From, r.Table, r.Dst}] = true
+	}
+	var errs []error
+	for _, p := range pods {
+		if !present[key{p.IP, false, mainTable, netip.Prefix{}}] {
+			if err := addRule(toPodRule(p.IP)); err != nil {
+				errs = append(errs, fmt.Errorf("add rule to %s lookup main: %w", p.IP, err))
+			} else {
+				repaired = append(repaired, fmt.Sprintf("rule to %s lookup main", p.IP))
+			}
+		}
+		if p.Table == 0 {
+			continue
+		}
+		dsts := p.FromDsts
+		if len(dsts) == 0 {
+			dsts = []netip.Prefix{{}}
+		}
+		for _, d := range dsts {
+			if present[key{p.IP, true, p.Table, d.Masked()}] {
+				continue
+			}
+			if err := addRule(fromPodRule(p.IP, p.Table, d)); err != nil {
+				errs = append(errs, fmt.Errorf("add rule from %s lookup %d: %w", p.IP, p.Table, err))
+			} else {
+				repaired = append(repaired, fmt.Sprintf("rule from %s lookup %d", p.IP, p.Table))
+			}
+		}
+	}
+	return repaired, errors.Join(errs...)
 }

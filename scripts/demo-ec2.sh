@@ -4,8 +4,12 @@
 # (ec2/ec2fake/cmd/ec2fake) as a t3.medium (3 ENIs x 5 secondary addresses),
 # a "vpc" namespace holding the far ends of the ENI links, and six "pods".
 # `eni-cni warm` fills the pool from the primary ENI, then attaches a second
-# ENI; pods there get a `from` rule into that ENI's route table. Every
-# address lives only inside those namespaces; nothing talks to AWS.
+# ENI; pods there get a `from` rule into that ENI's route table. Then the
+# node drifts: its ENI table is flushed and a warm pass puts it back; the
+# second ENI is detached behind eni-cni's back (through the EC2 API, as
+# another tool would) and the next pass notices, flags the pod's address
+# lost and attaches a new ENI. Every address lives only inside those
+# namespaces; nothing talks to AWS.
 # Usage: scripts/demo-ec2.sh [path/to/eni-cni]
 set -euo pipefail
 
@@ -13,7 +17,7 @@ BIN=$(realpath "${1:-bin/eni-cni}")
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 [ "$(id -u)" = 0 ] || { echo "demo-ec2: needs root (network namespaces)" >&2; exit 1; }
 [ -x "$BIN" ] || { echo "demo-ec2: $BIN not built (run make build)" >&2; exit 1; }
-for tool in go jq nsenter ip ping; do
+for tool in go jq nsenter ip ping curl; do
 	command -v "$tool" >/dev/null || { echo "demo-ec2: $tool not found" >&2; exit 1; }
 done
 
@@ -23,6 +27,7 @@ NODE="$tag-node"
 VPC="$tag-vpc"
 PODS=("$tag-pod1" "$tag-pod2" "$tag-pod3" "$tag-pod4" "$tag-pod5" "$tag-pod6")
 WORK=$(mktemp -d "/tmp/$tag.XXXX")
+touch "$WORK/links" # the node links the "hypervisor" made: name MAC
 CONF="$WORK/10-pods.conflist"
 DESCRIBE="$WORK/ec2.json"
 FAKE_PID=""
@@ -77,14 +82,21 @@ warm() {
 }
 
 # eni_link MAC DEVICE: the node's link of an attached ENI, as the
-# hypervisor would add it: a veth ens<5+device> carrying the ENI's MAC, its
-# far end (up) in the vpc namespace. The plugin finds it by MAC.
+# hypervisor would add it: a veth ens<5+device> (another name if a link of a
+# detached ENI still holds that one) carrying the ENI's MAC, its far end
+# (up) in the vpc namespace. The plugin finds it by MAC. Recorded in
+# $WORK/links so the hypervisor can take it away at detach.
 eni_link() {
 	local mac=$1 name="ens$((5 + $2))"
-	ip -n "$NODE" link add "$name" address "$mac" type veth peer name "${name}p" netns "$VPC"
-	ip -n "$VPC" link set "${name}p" up
+	ip -n "$NODE" link show "$name" >/dev/null 2>&1 && name="${name}n"
+	ip -n "$NODE" link add "$name" address "$mac" type veth peer name "${name}p" netns "$VPC" || return 1
+	ip -n "$VPC" link set "${name}p" up || return 1
+	echo "$name $mac" >>"$WORK/links"
 	echo "$name"
 }
+
+# link_of MAC: the node's link of an ENI.
+link_of() { awk -v m="$1" 'tolower($2) == tolower(m) { print $1 }' "$WORK/links" | tail -1; }
 
 # has_link MAC: whether a node link carries MAC. (Not `ip | grep -q`: grep
 # quitting early makes ip die of SIGPIPE, which pipefail reports as "no".)
@@ -96,17 +108,29 @@ has_link() {
 
 # watch_enis: play the hypervisor. Whenever the describe file (rewritten by
 # the fake after every EC2 call) shows an attached ENI without a link on the
-# node, add its link: `warm` waits up to 60 s for it after attaching.
+# node, add its link (`warm` waits up to 60 s for it after attaching); when
+# an ENI the node has a link of is no longer attached, take the link away.
 watch_enis() {
 	set +e
+	local attached name mac dev id
 	while [ ! -e "$WORK/stop-watching" ]; do
-		jq -r '.enis[] | select(.deviceIndex >= 0) | "\(.mac) \(.deviceIndex) \(.id)"' "$DESCRIBE" 2>/dev/null |
-			while read -r mac dev id; do
-				has_link "$mac"
-				if [ $? = 1 ] && name=$(eni_link "$mac" "$dev"); then
-					echo "   [hypervisor] $id attached at device $dev: link $name ($mac) appears on the node"
-				fi
-			done
+		attached=$(jq -r '.enis[] | select(.deviceIndex >= 0) | "\(.mac) \(.deviceIndex) \(.id)"' "$DESCRIBE" 2>/dev/null) || {
+			sleep 0.05
+			continue
+		}
+		while read -r name mac; do
+			if ! grep -qi "^$mac " <<<"$attached"; then
+				ip -n "$NODE" link del "$name" && echo "   [hypervisor] $mac detached: link $name leaves the node"
+				sed -i "\| $mac\$|d" "$WORK/links"
+			fi
+		done < <(cat "$WORK/links")
+		while read -r mac dev id; do
+			[ -n "$mac" ] || continue
+			has_link "$mac"
+			if [ $? = 1 ] && name=$(eni_link "$mac" "$dev"); then
+				echo "   [hypervisor] $id attached at device $dev: link $name ($mac) appears on the node"
+			fi
+		done <<<"$attached"
 		sleep 0.05
 	done
 }
@@ -197,7 +221,7 @@ before=$(calls)
 warm
 echo "EC2 calls of this pass: before $before, after $(calls)"
 read -r SENI SMAC SDEV < <(jq -r '.enis[] | select(.deviceIndex == 1) | "\(.id) \(.mac) \(.deviceIndex)"' "$DESCRIBE")
-SLINK="ens$((5 + SDEV))"
+SLINK=$(link_of "$SMAC")
 TABLE=$((SDEV + 1))
 jq -c '.enis[] | select(.deviceIndex == 1) | {id, mac, deviceIndex, deleteOnTermination, secondaryIps, tags}' "$DESCRIBE"
 echo "the node's link of $SENI ($SMAC), set up by warm (up, mtu 9001, loose rp_filter) with its route table $TABLE (device $SDEV + 1):"
@@ -235,12 +259,38 @@ mid=$(calls)
 warm
 echo "EC2 calls: before $before, after the top-up $mid, after the pass without churn $(calls)"
 
+say "drift 1: something flushes table $TABLE and takes $SLINK down (systemd-networkd, amazon-ec2-net-utils, an operator)"
+ip -n "$NODE" route flush table "$TABLE"
+ip -n "$NODE" link set "$SLINK" down
+echo "table $TABLE now: '$(ip -n "$NODE" route show table "$TABLE")'; $SLINK: $(ip -n "$NODE" -br link show "$SLINK" | awk '{print $2}')"
+before=$(calls)
+warm
+echo "EC2 calls: before $before, after $(calls) (repairing the node side needs none)"
+ip -n "$NODE" route show table "$TABLE"
+ip -n "$NODE" -br link show "$SLINK"
+
+say "drift 2: someone detaches $SENI behind eni-cni's back (aws ec2 detach-network-interface)"
+SATT=$(jq -r --arg id "$SENI" '.enis[] | select(.id == $id) | .attachmentId' "$DESCRIBE")
+in_node curl -sS -o /dev/null -w 'EC2 DetachNetworkInterface: HTTP %{http_code}\n' \
+	--data "Action=DetachNetworkInterface&Version=2016-11-15&AttachmentId=$SATT" "$URL"
+for _ in $(seq 100); do # the hypervisor takes the link away with the attachment
+	has_link "$SMAC" || break
+	sleep 0.05
+done
+echo "the next warm pass: IMDS no longer lists $SENI, so it reads DescribeNetworkInterfaces for this instance,"
+echo "drops the ENI and its free addresses, flags pod $((S + 1))'s ${IPS[S]} lost, and tops the pool up with a new ENI"
+before=$(calls)
+warm
+echo "EC2 calls: before $before, after $(calls)"
+in_node "$BIN" list --config "$CONF"
+
 say "pod $((S + 1))'s namespace disappears; DEL arrives with CNI_NETNS=\"\""
 ip netns del "${PODS[S]}"
 cni DEL "${CIDS[S]}" "" && echo "DEL exit 0"
 cni DEL "${CIDS[S]}" "" && echo "second DEL exit 0"
-echo "rules left for ${IPS[S]}: $(ip -n "$NODE" rule | grep -c "${IPS[S]} " || true); table $TABLE stays for the ENI's next pods:"
-ip -n "$NODE" route show table "$TABLE"
+echo "rules left for ${IPS[S]}: $(ip -n "$NODE" rule | grep -c "${IPS[S]} " || true)"
+echo "the next warm pass drops the lost address from the pool for good (it is no longer this instance's):"
+warm
 in_node "$BIN" list --config "$CONF" | tail -1
 
 say "DEL the others"
@@ -253,7 +303,7 @@ echo "host veths left on the node: $left; rules at 512/1536: $(ip -n "$NODE" rul
 
 say "the fake's EC2 call counts (from its describe file) and ENIs"
 jq '.calls' "$DESCRIBE"
-jq -r '.enis[] | "\(.id) device \(.deviceIndex) \(.mac): \(.secondaryIps | length) secondary addresses"' "$DESCRIBE"
+jq -r '.enis[] | "\(.id) \(.status) device \(.deviceIndex) \(.mac): \(.secondaryIps | length) secondary addresses"' "$DESCRIBE"
 
 say "the plugin's log (one line per verb)"
 cat "$WORK/eni-cni.log"

@@ -196,19 +196,20 @@ func (s *Server) attachNetworkInterface(p params) (response, error) {
 	if !ok {
 		return nil, apiErr("MissingParameter", "The request must contain the parameter DeviceIndex")
 	}
-	if card, _, err := p.optInt("NetworkCardIndex"); err != nil || card != 0 {
-		return nil, apiErr("InvalidParameterValue", "The instance type %s has a single network card (index 0)", s.cfg.InstanceType)
+	card, _, err := p.optInt("NetworkCardIndex")
+	if err != nil {
+		return nil, err
 	}
 	e, err := s.lookupENILocked(p.Get("NetworkInterfaceId"))
 	if err != nil {
 		return nil, err
 	}
-	att, err := s.attachLocked(e, p.Get("InstanceId"), dev, false)
+	att, err := s.attachLocked(e, p.Get("InstanceId"), dev, card, false)
 	if err != nil {
 		return nil, err
 	}
 	s.publishLocked(true)
-	return &attachResponse{AttachmentID: att.id}, nil
+	return &attachResponse{AttachmentID: att.id, NetworkCardIndex: card}, nil
 }
 
 func (s *Server) detachNetworkInterface(p params) (response, error) {
@@ -421,6 +422,8 @@ func (s *Server) eniFilterValuesLocked(e *eni, name string) ([]string, bool) {
 		return att(func(a *attachment) string { return a.id })
 	case "attachment.device-index":
 		return att(func(a *attachment) string { return strconv.Itoa(a.device) })
+	case "attachment.network-card-index":
+		return att(func(a *attachment) string { return strconv.Itoa(a.card) })
 	case "attachment.status":
 		return att(func(*attachment) string { return "attached" })
 	case "attachment.delete-on-termination":

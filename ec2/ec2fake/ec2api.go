@@ -133,6 +133,7 @@ func (s *Server) serveEC2(w http.ResponseWriter, r *http.Request) {
 		writeError(w, reqID, err)
 		return
 	}
+	s.runHook(action)
 	resp.setRequestID(reqID)
 	start := xml.StartElement{Name: xml.Name{Space: ec2Namespace, Local: action + "Response"}}
 	writeXML(w, reqID, http.StatusOK, resp, start)

@@ -100,6 +100,9 @@ func (s *Server) addENILeavesLocked(l map[string]string, e *eni) {
 	base := "network/interfaces/macs/" + e.mac + "/"
 	set := func(k, v string) { l[base+k] = v }
 	set("device-number", strconv.Itoa(e.att.device))
+	if s.limits.cards() > 1 {
+		set("network-card", strconv.Itoa(e.att.card))
+	}
 	set("interface-id", e.id)
 	set("mac", e.mac)
 	set("owner-id", s.cfg.AccountID)

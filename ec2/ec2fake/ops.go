@@ -175,11 +175,17 @@ func (s *Server) checkInstanceLocked(id string) error {
 	return nil
 }
 
-// freeDeviceLocked returns the lowest unused device index above the primary.
-func (s *Server) freeDeviceLocked() int {
+// freeDeviceLocked returns the lowest unused device index of a card (above
+// the primary's 0 on card 0).
+func (s *Server) freeDeviceLocked(card int) int {
 	used := map[int]bool{}
 	for _, e := range s.attachedLocked() {
-		used[e.att.device] = true
+		if e.att.card == card {
+			used[e.att.device] = true
+		}
+	}
+	if card > 0 && !used[0] {
+		return 0
 	}
 	d := 1
 	for used[d] {
@@ -188,7 +194,7 @@ func (s *Server) freeDeviceLocked() int {
 	return d
 }
 
-func (s *Server) attachLocked(e *eni, instanceID string, device int, deleteOnTermination bool) (*attachment, error) {
+func (s *Server) attachLocked(e *eni, instanceID string, device, card int, deleteOnTermination bool) (*attachment, error) {
 	if err := s.checkInstanceLocked(instanceID); err != nil {
 		return nil, err
 	}
@@ -198,23 +204,30 @@ func (s *Server) attachLocked(e *eni, instanceID string, device int, deleteOnTer
 	if device < 0 {
 		return nil, apiErr("InvalidParameterValue", "Invalid value '%d' for deviceIndex", device)
 	}
+	if card < 0 || card >= s.limits.cards() {
+		return nil, apiErr("InvalidParameterValue", "Invalid value '%d' for networkCardIndex: %s has %d network cards", card, s.cfg.InstanceType, s.limits.cards())
+	}
 	if sn := s.subnets[e.subnetID]; sn.az != s.cfg.AvailabilityZone {
 		return nil, apiErr("InvalidParameterValue", "Network interface %s is in availability zone %s, instance %s is in %s",
 			e.id, sn.az, instanceID, s.cfg.AvailabilityZone)
 	}
-	attached := s.attachedLocked()
+	attached, onCard := s.attachedLocked(), 0
 	for _, o := range attached {
+		if o.att.card != card {
+			continue
+		}
+		onCard++
 		if o.att.device == device {
 			return nil, apiErr("InvalidParameterValue",
-				"Instance '%s' already has an interface attached at device index '%d'.", instanceID, device)
+				"Instance '%s' already has an interface attached at device index '%d' of network card %d.", instanceID, device, card)
 		}
 	}
-	if len(attached) >= s.limits.MaxENIs {
-		return nil, apiErr("AttachmentLimitExceeded", "Interface count %d exceeds the limit for %s",
-			len(attached)+1, s.cfg.InstanceType)
+	if len(attached) >= s.limits.MaxENIs || onCard >= s.limits.perCard(card) {
+		return nil, apiErr("AttachmentLimitExceeded", "Interface count %d exceeds the limit for %s (network card %d)",
+			len(attached)+1, s.cfg.InstanceType, card)
 	}
 	e.att = &attachment{
-		id: s.newIDLocked("eni-attach"), instanceID: instanceID, device: device,
+		id: s.newIDLocked("eni-attach"), instanceID: instanceID, device: device, card: card,
 		deleteOnTermination: deleteOnTermination, at: s.now().UTC(),
 	}
 	return e.att, nil
@@ -237,7 +250,7 @@ func (s *Server) detachLocked(attID string) error {
 	if err != nil {
 		return err
 	}
-	if e.att.device == 0 {
+	if e.att.device == 0 && e.att.card == 0 {
 		return apiErr("OperationNotPermitted",
 			"The network interface at device index 0 and networkCard index 0 cannot be detached.")
 	}

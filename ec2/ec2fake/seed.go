@@ -11,7 +11,8 @@ import (
 type ENISpec struct {
 	SubnetID         string // default: the primary ENI's subnet
 	Detached         bool   // leave it "available" instead of attaching it
-	DeviceIndex      int    // default: the lowest free index above 0
+	DeviceIndex      int    // default: the lowest free index of the card
+	NetworkCard      int    // network card of the attachment
 	PrimaryIP        string // default: allocated
 	NoIPv4           bool   // no IPv4 at all (IMDS local-ipv4s then 404s)
 	SecondaryIPs     []string
@@ -48,9 +49,9 @@ func (s *Server) SeedENI(spec ENISpec) (ENI, error) {
 	if !spec.Detached {
 		dev := spec.DeviceIndex
 		if dev == 0 {
-			dev = s.freeDeviceLocked()
+			dev = s.freeDeviceLocked(spec.NetworkCard)
 		}
-		if _, err := s.attachLocked(e, s.cfg.InstanceID, dev, spec.DeleteOnTermination); err != nil {
+		if _, err := s.attachLocked(e, s.cfg.InstanceID, dev, spec.NetworkCard, spec.DeleteOnTermination); err != nil {
 			_ = s.deleteENILocked(e)
 			return ENI{}, fmt.Errorf("seed eni attach: %w", err)
 		}

@@ -107,6 +107,8 @@ type Server struct {
 	latency     map[string]time.Duration
 	imdsFault   imdsFault
 	imdsLatency time.Duration
+	hooks       map[string]func()
+	former      []string // instances served before BecomeInstance
 
 	lmu     sync.Mutex
 	servers []*http.Server
@@ -121,7 +123,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		macs: map[string]bool{}, enis: map[string]*eni{}, subnets: map[string]*subnet{},
 		tokens: map[string]time.Time{}, calls: map[string]int{},
-		faults: map[string]*Fault{}, latency: map[string]time.Duration{},
+		faults: map[string]*Fault{}, latency: map[string]time.Duration{}, hooks: map[string]func(){},
 	}
 	if err := s.normalize(cfg); err != nil {
 		return nil, err
@@ -251,7 +253,7 @@ func (s *Server) createPrimary() error {
 	if err != nil {
 		return fmt.Errorf("create primary eni: %w", err)
 	}
-	if _, err := s.attachLocked(e, s.cfg.InstanceID, 0, true); err != nil {
+	if _, err := s.attachLocked(e, s.cfg.InstanceID, 0, 0, true); err != nil {
 		return fmt.Errorf("attach primary eni: %w", err)
 	}
 	return nil

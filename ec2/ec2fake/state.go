@@ -40,6 +40,7 @@ type attachment struct {
 	id                  string
 	instanceID          string
 	device              int
+	card                int // network card index
 	deleteOnTermination bool
 	at                  time.Time
 }
@@ -222,6 +223,7 @@ type ENI struct {
 	InstanceID          string            `json:"instanceId,omitempty"`
 	AttachmentID        string            `json:"attachmentId,omitempty"`
 	DeviceIndex         int               `json:"deviceIndex"` // -1 when detached
+	NetworkCard         int               `json:"networkCard,omitempty"`
 	DeleteOnTermination bool              `json:"deleteOnTermination"`
 	PrimaryIP           string            `json:"primaryIp,omitempty"`
 	SecondaryIPs        []string          `json:"secondaryIps"`
@@ -253,7 +255,7 @@ func (s *Server) snapshotLocked(e *eni) ENI {
 	}
 	if e.att != nil {
 		out.InstanceID, out.AttachmentID = e.att.instanceID, e.att.id
-		out.DeviceIndex, out.DeleteOnTermination = e.att.device, e.att.deleteOnTermination
+		out.DeviceIndex, out.DeleteOnTermination, out.NetworkCard = e.att.device, e.att.deleteOnTermination, e.att.card
 	}
 	return out
 }
@@ -265,10 +267,10 @@ func (s *Server) sortedENIsLocked() []*eni {
 	slices.SortFunc(out, func(a, b *eni) int {
 		ai, bi := 1<<30, 1<<30
 		if a.att != nil {
-			ai = a.att.device
+			ai = a.att.card<<16 + a.att.device
 		}
 		if b.att != nil {
-			bi = b.att.device
+			bi = b.att.card<<16 + b.att.device
 		}
 		if ai != bi {
 			return ai - bi

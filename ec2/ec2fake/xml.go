@@ -111,7 +111,7 @@ func (s *Server) xmlENILocked(e *eni) xmlENI {
 	if a := e.att; a != nil {
 		x.Attachment = &xmlAttachment{
 			AttachmentID: a.id, InstanceID: a.instanceID, InstanceOwnerID: s.cfg.AccountID,
-			DeviceIndex: a.device, Status: "attached", AttachTime: a.at.Format(attachTimeFormat),
+			DeviceIndex: a.device, NetworkCardIndex: a.card, Status: "attached", AttachTime: a.at.Format(attachTimeFormat),
 			DeleteOnTermination: a.deleteOnTermination,
 		}
 	}
@@ -162,22 +162,36 @@ type xmlNetworkInfo struct {
 	EfaSupported              bool                `xml:"efaSupported"`
 }
 
+type xmlVCpuInfo struct {
+	DefaultVCpus int `xml:"defaultVCpus"`
+}
+
 type xmlInstanceType struct {
 	InstanceType      string         `xml:"instanceType"`
 	CurrentGeneration bool           `xml:"currentGeneration"`
 	Hypervisor        string         `xml:"hypervisor"`
+	VCpuInfo          *xmlVCpuInfo   `xml:"vCpuInfo,omitempty"`
 	NetworkInfo       xmlNetworkInfo `xml:"networkInfo"`
 }
 
 func xmlInstanceTypeInfo(name string, l Limits) xmlInstanceType {
 	const perf = "Up to 10 Gigabit"
+	cards := []xmlNetworkCard{{NetworkPerformance: perf, MaximumNetworkInterfaces: l.cardENIs()}}
+	// Other cards take the rest, as on real multi-card types.
+	for rest, i := l.MaxENIs-l.cardENIs(), 1; rest > 0; i++ {
+		n := min(rest, l.cardENIs())
+		cards = append(cards, xmlNetworkCard{NetworkCardIndex: i, NetworkPerformance: perf, MaximumNetworkInterfaces: n})
+		rest -= n
+	}
+	var vcpu *xmlVCpuInfo
+	if l.VCPUs > 0 {
+		vcpu = &xmlVCpuInfo{DefaultVCpus: l.VCPUs}
+	}
 	return xmlInstanceType{
-		InstanceType: name, CurrentGeneration: true, Hypervisor: "nitro",
+		InstanceType: name, CurrentGeneration: true, Hypervisor: "nitro", VCpuInfo: vcpu,
 		NetworkInfo: xmlNetworkInfo{
-			NetworkPerformance: perf, MaximumNetworkInterfaces: l.MaxENIs, MaximumNetworkCards: 1,
-			NetworkCards: set[xmlNetworkCard]{Items: []xmlNetworkCard{{
-				NetworkPerformance: perf, MaximumNetworkInterfaces: l.MaxENIs,
-			}}},
+			NetworkPerformance: perf, MaximumNetworkInterfaces: l.MaxENIs, MaximumNetworkCards: len(cards),
+			NetworkCards:              set[xmlNetworkCard]{Items: cards},
 			IPv4AddressesPerInterface: l.IPv4PerENI, IPv6AddressesPerInterface: l.IPv4PerENI,
 			IPv6Supported: true, EnaSupport: "required",
 		},

@@ -14,6 +14,7 @@ import (
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2"
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
+	"github.com/eni-cni/eni-cni/ec2/pool"
 )
 
 // ec2Calls is what the fake EC2 and IMDS served during one scenario.
@@ -51,9 +52,12 @@ type ec2Env struct {
 
 type noHost struct{}
 
-func (noHost) SetupENI(context.Context, ec2.ENIState) error { return nil }
+func (noHost) SetupENI(context.Context, pool.ENI) error { return nil }
+func (noHost) Reassert(context.Context, []pool.ENI, []alloc.Allocation) (ec2.HostReport, error) {
+	return ec2.HostReport{}, nil
+}
 
-func newEC2Env(cfg ec2fake.Config, wc ec2.WarmConfig) (*ec2Env, error) {
+func newEC2Env(cfg ec2fake.Config, wc pool.WarmConfig) (*ec2Env, error) {
 	fake, err := ec2fake.New(cfg)
 	if err != nil {
 		return nil, err
@@ -136,6 +140,59 @@ func (e *ec2Env) take(scenario string, t0 time.Time, passes0, pods int) ec2Calls
 	return c
 }
 
+// Scenario names the report and the targets look up.
+const (
+	scenarioSteady  = "1 h of warm every 30 s on that idle node"
+	scenarioUnassig = "1 h after an address is unassigned behind eni-cni's back (idle node, 5 free)"
+	scenarioDetach  = "1 h after an ENI holding only free addresses is detached behind eni-cni's back (m5.large, warmIPTarget 12)"
+)
+
+// ec2Drift measures the EC2 calls of an hour that starts with one drift
+// event: an address unassigned, or an ENI detached, by someone else.
+func (b *bench) ec2Drift(ctx context.Context) error {
+	idle, err := newEC2Env(ec2fake.Config{InstanceType: "m5.large"}, pool.WarmConfig{WarmIPTarget: 5, TrimAfter: 5 * time.Minute})
+	if err != nil {
+		return err
+	}
+	defer idle.fake.Close()
+	if err := idle.warm(ctx); err != nil {
+		return err
+	}
+	primary := idle.fake.PrimaryENI()
+	idle.fake.ResetCalls()
+	t0, p0 := time.Now(), idle.passes
+	if err := idle.fake.UnassignIPs(primary.ID, primary.SecondaryIPs[0]); err != nil {
+		return err
+	}
+	if err := idle.hour(ctx); err != nil {
+		return err
+	}
+	b.res.EC2 = append(b.res.EC2, idle.take(scenarioUnassig, t0, p0, 0))
+
+	two, err := newEC2Env(ec2fake.Config{InstanceType: "m5.large"}, pool.WarmConfig{WarmIPTarget: 12, TrimAfter: 5 * time.Minute})
+	if err != nil {
+		return err
+	}
+	defer two.fake.Close()
+	if err := two.warm(ctx); err != nil { // 9 on the primary ENI, a second ENI with 3
+		return err
+	}
+	enis := two.fake.ENIs()
+	if len(enis) != 2 {
+		return fmt.Errorf("detach scenario: %d ENIs after the first pass, want 2", len(enis))
+	}
+	two.fake.ResetCalls()
+	t0, p0 = time.Now(), two.passes
+	if err := two.fake.DetachENI(enis[1].ID); err != nil {
+		return err
+	}
+	if err := two.hour(ctx); err != nil {
+		return err
+	}
+	b.res.EC2 = append(b.res.EC2, two.take(scenarioDetach, t0, p0, 0))
+	return nil
+}
+
 // phaseEC2 reproduces the call counts of ec2/warm_test.go with the
 // in-process fake: a fill to 29 pods on an m5.large (warmIPTarget 5), an
 // hour of the warm timer on that full node, and an hour on an idle node
@@ -152,7 +209,7 @@ func (b *bench) phaseEC2(ctx context.Context) error {
 			}
 		}()
 	}
-	wc := ec2.WarmConfig{WarmIPTarget: 5, Tags: map[string]string{"team": "net"}}
+	wc := pool.WarmConfig{WarmIPTarget: 5, Tags: map[string]string{"team": "net"}}
 	e, err := newEC2Env(ec2fake.Config{InstanceType: "m5.large"}, wc)
 	if err != nil {
 		return err
@@ -170,7 +227,7 @@ func (b *bench) phaseEC2(ctx context.Context) error {
 	}
 	b.res.EC2 = append(b.res.EC2, e.take(fmt.Sprintf("1 h of warm every 30 s after the fill (%d pods)", got), t0, p0, got))
 
-	idle, err := newEC2Env(ec2fake.Config{InstanceType: "m5.large"}, ec2.WarmConfig{WarmIPTarget: 5})
+	idle, err := newEC2Env(ec2fake.Config{InstanceType: "m5.large"}, pool.WarmConfig{WarmIPTarget: 5})
 	if err != nil {
 		return err
 	}
@@ -184,7 +241,10 @@ func (b *bench) phaseEC2(ctx context.Context) error {
 	if err := idle.hour(ctx); err != nil {
 		return err
 	}
-	b.res.EC2 = append(b.res.EC2, idle.take("1 h of warm every 30 s on that idle node", t0, p0, 0))
+	b.res.EC2 = append(b.res.EC2, idle.take(scenarioSteady, t0, p0, 0))
+	if err := b.ec2Drift(ctx); err != nil {
+		return err
+	}
 	for _, c := range b.res.EC2 {
 		b.logf("  %s: %d EC2 calls (%s), %d IMDS reads, %d warm passes", c.Scenario, c.EC2Total, c.breakdown(), c.IMDS, c.Passes)
 	}

@@ -320,6 +320,11 @@ func (b *bench) buildTables() {
 	add("eni-cni VERSION exec p50 / trivial static Go binary", ratio(ve.P50, vt.P50), "%.3f", 1.5, "≤ 1.50")
 	add(fmt.Sprintf("eni-cni gc of %d allocations, planning only (--dry-run): CPU p50", c.gcAllocs), dry.P50, "%.1f ms", 50, "< 50 ms")
 	add(fmt.Sprintf("eni-cni gc of %d allocations, planning + freeing %d: CPU p50", c.gcAllocs, c.gcDead), free.P50, "%.1f ms", 50, "< 50 ms")
+	for _, x := range res.EC2 {
+		if x.Scenario == scenarioSteady {
+			add("EC2 calls per node-hour at steady state", float64(x.EC2Total), "%.0f", 1, "≤ 1")
+		}
+	}
 
 	// In-process steps as the store fills up (each profile round attaches
 	// up to 200 pods to an empty node).

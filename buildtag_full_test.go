@@ -2,5 +2,4 @@
 
 package main
 
-// leanBuild: see leanbuild_lean_test.go.
 const leanBuild = false

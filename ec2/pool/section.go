@@ -1,0 +1,359 @@
+package pool
+
+import (
+	"fmt"
+	"iter"
+	"net/netip"
+	"slices"
+	"time"
+)
+
+// EC2 is the ec2 source's section of the state file (alloc.State.EC2): the
+// instance, its ENIs and limits, the pool of addresses with where each came
+// from, and what `warm` must remember between passes. It is the only place
+// eni-cni keeps EC2 data; nil on a node that never ran the ec2 source.
+//
+// The live instance is the truth and this section a cache of it: `warm`
+// compares it with IMDS on every pass and with EC2 when they disagree.
+type EC2 struct {
+	// InstanceID is the instance this section describes. A disk moved to
+	// another instance (a node image baked after install) carries the
+	// builder's section: a mismatch with IMDS drops it (Reset).
+	InstanceID   string  `json:"instanceID"`
+	InstanceType string  `json:"instanceType"`
+	AZ           string  `json:"az"`
+	Region       string  `json:"region,omitempty"`
+	Limits       *Limits `json:"limits,omitempty"`
+	ENIs         []ENI   `json:"enis"`
+	// Addrs is the pool: every secondary address (or address of a
+	// delegated prefix) of the instance's ENIs, in address order.
+	Addrs []Addr `json:"addrs"`
+	// Tombstones are addresses given back to EC2 recently. IMDS lags EC2
+	// and may still list them; a refresh from IMDS must not take them back.
+	Tombstones []Tombstone `json:"tombstones,omitempty"`
+	// Pending are ENIs being created: recorded, and saved, before the
+	// Create call, so a pass killed before the ENI is attached and recorded
+	// leaves a trace the next pass cleans up.
+	Pending []PendingENI `json:"pending,omitempty"`
+	// Dirty is set, and saved, before `warm` makes an EC2 call that changes
+	// what is assigned, and cleared when the pass has recorded the results.
+	// A pass that finds it set first reads the truth back from EC2.
+	Dirty bool `json:"dirty,omitempty"`
+	// VerifiedBoot is the boot in which InstanceID was last compared with
+	// IMDS. ADD hands out no address in a boot that has not checked it.
+	VerifiedBoot string `json:"verifiedBoot,omitempty"`
+	// LastDescribe is when EC2's DescribeNetworkInterfaces was last read:
+	// the hourly safety net runs when it is an hour old.
+	LastDescribe time.Time `json:"lastDescribe,omitzero"`
+	// SweptBoot is the boot in which leaked ENIs were last looked for;
+	// LastSweep when.
+	SweptBoot string    `json:"sweptBoot,omitempty"`
+	LastSweep time.Time `json:"lastSweep,omitzero"`
+	// SNATBoot is the boot in which the SNAT chain was last ensured, so ADD
+	// installs it once after a reboot if no `warm` pass has yet.
+	SNATBoot string `json:"snatBoot,omitempty"`
+	// Drift is the IMDS disagreement (Drift.Key) EC2 was last asked about.
+	// IMDS lags: when EC2 has confirmed the store, the same disagreement
+	// does not cost another call each pass; a new one does.
+	Drift string `json:"drift,omitempty"`
+}
+
+// Limits are the instance type's ENI limits, from DescribeInstanceTypes.
+type Limits struct {
+	MaxENIs    int `json:"maxENIs"`
+	IPv4PerENI int `json:"ipv4PerENI"` // including the ENI's primary address
+	// Cards are the ENI limits per network card of types with several;
+	// empty means one card with MaxENIs.
+	Cards []CardLimit `json:"cards,omitempty"`
+	// VCPUs is the type's default vCPU count, which sets the maxPods cap
+	// (MaxPods); 0 in stores written before it was recorded.
+	VCPUs int `json:"vcpus,omitempty"`
+}
+
+// CardLimit is one network card's ENI limit.
+type CardLimit struct {
+	Index   int `json:"index"`
+	MaxENIs int `json:"maxENIs"`
+}
+
+// ENI is one attached ENI.
+type ENI struct {
+	ID             string         `json:"id"`
+	MAC            string         `json:"mac"`
+	DeviceNumber   int            `json:"deviceNumber"`
+	NetworkCard    int            `json:"networkCard,omitempty"`
+	SubnetID       string         `json:"subnetID"`
+	SubnetCIDR     netip.Prefix   `json:"subnetCIDR"`
+	VPCCIDRs       []netip.Prefix `json:"vpcCIDRs"`
+	PrimaryIP      netip.Addr     `json:"primaryIP"`
+	SecurityGroups []string       `json:"securityGroups,omitempty"`
+	Prefixes       []netip.Prefix `json:"prefixes,omitempty"`
+	// Secondary counts the secondary addresses EC2 assigned to the ENI
+	// (each takes one of the type's per-ENI slots, as each prefix does).
+	Secondary int `json:"secondary"`
+	// Created is true for ENIs eni-cni created (tagged with the instance
+	// ID): every address on them is eni-cni's to give back.
+	Created bool `json:"created,omitempty"`
+	// Unmanaged: the ENI carries node.k8s.amazonaws.com/no_manage=true.
+	// None of its addresses is used, none is assigned to or taken from it.
+	Unmanaged bool `json:"unmanaged,omitempty"`
+	// Unverified: seen in IMDS but its tags not yet read from EC2, so it
+	// may be unmanaged; its addresses wait for the next describe.
+	Unverified bool `json:"unverified,omitempty"`
+	// AttachmentID and DeleteOnTermination of an ENI eni-cni attached:
+	// `warm` retries setting DeleteOnTermination until EC2 confirms it.
+	AttachmentID        string `json:"attachmentID,omitempty"`
+	DeleteOnTermination bool   `json:"deleteOnTermination,omitempty"`
+}
+
+// Where a pool address came from.
+const (
+	// OriginAssigned: `warm` asked EC2 for it (or it is on an ENI eni-cni
+	// created). Trim may give it back.
+	OriginAssigned = "assigned"
+	// OriginFound: it was on the instance already (a launch template, a
+	// VIP, another tool). Used if its ENI may be managed and it is not
+	// excluded; never given back.
+	OriginFound = "found"
+)
+
+// Addr is one pool address.
+type Addr struct {
+	IP      netip.Addr `json:"ip"`
+	ENI     string     `json:"eni"`
+	Origin  string     `json:"origin"`
+	AddedAt time.Time  `json:"addedAt"`
+	// Unusable marks an address being given back to EC2: it is set, and
+	// saved, before the unassign call so no ADD can take it meanwhile.
+	Unusable bool `json:"unusable,omitempty"`
+	// Lost marks an allocated address that neither IMDS nor EC2 lists any
+	// more (unassigned or its ENI detached behind eni-cni's back). It is
+	// shown by `list`, never handed out again, and leaves the pool when its
+	// pod is gone.
+	Lost bool `json:"lost,omitempty"`
+}
+
+// Tombstone remembers an unassigned address until IMDS has caught up.
+type Tombstone struct {
+	IP    netip.Addr `json:"ip"`
+	Until time.Time  `json:"until"`
+}
+
+// PendingENI is an ENI being created and attached. ID is empty until the
+// Create call has answered.
+type PendingENI struct {
+	Token string    `json:"token"` // the Create call's idempotency token
+	ID    string    `json:"id,omitempty"`
+	Since time.Time `json:"since"`
+}
+
+// TombstoneTTL is how long IMDS may keep listing an unassigned address.
+const TombstoneTTL = 10 * time.Minute
+
+// Table is the policy-routing table of the ENI, numbered as the AWS VPC CNI
+// numbers them so the two agree on a node: the primary ENI (card 0, device
+// 0) uses the main table (0 here), others of card 0 device+1, those of
+// card N 10000+100N+device.
+func (e ENI) Table() int {
+	switch {
+	case e.NetworkCard == 0 && e.DeviceNumber == 0:
+		return 0
+	case e.NetworkCard == 0:
+		return e.DeviceNumber + 1
+	default:
+		return 10000 + 100*e.NetworkCard + e.DeviceNumber
+	}
+}
+
+// Gateway is the VPC router of the ENI's subnet: its first host address.
+func (e ENI) Gateway() netip.Addr { return e.SubnetCIDR.Masked().Addr().Next() }
+
+// Primary reports whether e is the instance's primary ENI.
+func (e ENI) Primary() bool { return e.NetworkCard == 0 && e.DeviceNumber == 0 }
+
+// usable reports whether pods may get addresses of the ENI.
+func (e ENI) usable() bool { return !e.Unmanaged && !e.Unverified }
+
+// ENI returns the ENI with id.
+func (s *EC2) ENI(id string) (ENI, bool) {
+	if s == nil {
+		return ENI{}, false
+	}
+	for _, e := range s.ENIs {
+		if e.ID == id {
+			return e, true
+		}
+	}
+	return ENI{}, false
+}
+
+// PrimaryENI returns the instance's primary ENI.
+func (s *EC2) PrimaryENI() (ENI, bool) {
+	if s == nil {
+		return ENI{}, false
+	}
+	for _, e := range s.ENIs {
+		if e.Primary() {
+			return e, true
+		}
+	}
+	return ENI{}, false
+}
+
+// Usable yields, in address order, the addresses ADD may hand out with
+// their ENI: not being given back, not lost, on an ENI that may be managed,
+// and not in exclude.
+func (s *EC2) Usable(exclude []netip.Prefix) iter.Seq2[netip.Addr, string] {
+	return func(yield func(netip.Addr, string) bool) {
+		if s == nil {
+			return
+		}
+		ok := make(map[string]bool, len(s.ENIs))
+		for _, e := range s.ENIs {
+			ok[e.ID] = e.usable()
+		}
+		for _, a := range s.Addrs {
+			if a.Unusable || a.Lost || !ok[a.ENI] || Excluded(exclude, a.IP) {
+				continue
+			}
+			if !yield(a.IP, a.ENI) {
+				return
+			}
+		}
+	}
+}
+
+// IsUsable reports whether Usable yields ip, without walking the pool
+// into a map (Counts asks it for every allocation).
+func (s *EC2) IsUsable(ip netip.Addr, exclude []netip.Prefix) bool {
+	if s == nil || Excluded(exclude, ip) {
+		return false
+	}
+	for _, a := range s.Addrs {
+		if a.IP == ip {
+			e, ok := s.ENI(a.ENI)
+			return ok && e.usable() && !a.Unusable && !a.Lost
+		}
+	}
+	return false
+}
+
+// Excluded reports whether ip is in one of the prefixes.
+func Excluded(exclude []netip.Prefix, ip netip.Addr) bool {
+	return slices.ContainsFunc(exclude, func(p netip.Prefix) bool { return p.Contains(ip) })
+}
+
+// Lost returns the addresses flagged lost.
+func (s *EC2) Lost() []Addr {
+	if s == nil {
+		return nil
+	}
+	var out []Addr
+	for _, a := range s.Addrs {
+		if a.Lost {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// Tombstoned reports whether ip was given back less than TombstoneTTL ago.
+func (s *EC2) Tombstoned(ip netip.Addr, now time.Time) bool {
+	for _, t := range s.Tombstones {
+		if t.IP == ip && now.Before(t.Until) {
+			return true
+		}
+	}
+	return false
+}
+
+// Bury tombstones ip until IMDS stops listing it.
+func (s *EC2) Bury(ip netip.Addr, now time.Time) {
+	until := now.Add(TombstoneTTL).UTC()
+	for i := range s.Tombstones {
+		if s.Tombstones[i].IP == ip {
+			s.Tombstones[i].Until = until
+			return
+		}
+	}
+	s.Tombstones = append(s.Tombstones, Tombstone{IP: ip, Until: until})
+}
+
+// PruneTombstones drops expired tombstones. The store calls it on every
+// save, so they never pile up.
+func (s *EC2) PruneTombstones(now time.Time) {
+	if s == nil {
+		return
+	}
+	s.Tombstones = slices.DeleteFunc(s.Tombstones, func(t Tombstone) bool { return !now.Before(t.Until) })
+	if len(s.Tombstones) == 0 {
+		s.Tombstones = nil
+	}
+}
+
+// AddAddrs puts addresses of eniID into the pool with their origin and
+// returns how many were new. Addresses already in the pool keep their
+// record.
+func (s *EC2) AddAddrs(eniID, origin string, ips []netip.Addr, now time.Time) int {
+	have := make(map[netip.Addr]bool, len(s.Addrs))
+	for _, a := range s.Addrs {
+		have[a.IP] = true
+	}
+	n := 0
+	for _, ip := range ips {
+		if !have[ip] {
+			s.Addrs = append(s.Addrs, Addr{IP: ip, ENI: eniID, Origin: origin, AddedAt: now.UTC()})
+			have[ip] = true
+			n++
+		}
+	}
+	s.SortAddrs()
+	return n
+}
+
+// SortAddrs keeps the pool in address order, so output is stable.
+func (s *EC2) SortAddrs() {
+	slices.SortStableFunc(s.Addrs, func(a, b Addr) int { return a.IP.Compare(b.IP) })
+}
+
+// SortENIs keeps ENIs by network card, then device number.
+func (s *EC2) SortENIs() {
+	slices.SortStableFunc(s.ENIs, func(a, b ENI) int {
+		if a.NetworkCard != b.NetworkCard {
+			return a.NetworkCard - b.NetworkCard
+		}
+		return a.DeviceNumber - b.DeviceNumber
+	})
+}
+
+// Validate checks what a well-formed section always has; nil is valid.
+func (s *EC2) Validate() error {
+	if s == nil {
+		return nil
+	}
+	enis := map[string]bool{}
+	for _, e := range s.ENIs {
+		if e.ID == "" || enis[e.ID] {
+			return fmt.Errorf("ENI %q empty or listed twice", e.ID)
+		}
+		enis[e.ID] = true
+	}
+	seen := map[netip.Addr]bool{}
+	for _, a := range s.Addrs {
+		switch {
+		case !a.IP.Is4():
+			return fmt.Errorf("pool entry without a valid IPv4 address")
+		case seen[a.IP]:
+			return fmt.Errorf("address %s is in the pool twice", a.IP)
+		case a.Origin != OriginAssigned && a.Origin != OriginFound:
+			return fmt.Errorf("address %s has origin %q, want %q or %q", a.IP, a.Origin, OriginAssigned, OriginFound)
+		}
+		seen[a.IP] = true
+	}
+	for _, t := range s.Tombstones {
+		if !t.IP.Is4() {
+			return fmt.Errorf("tombstone without a valid IPv4 address")
+		}
+	}
+	return nil
+}

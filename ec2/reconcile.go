@@ -1,0 +1,136 @@
+package ec2
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/ec2/pool"
+)
+
+// describeEvery is the safety net: EC2 is read at least this often even
+// when IMDS and the store agree. It is the whole of the steady-state EC2
+// budget (one call per node-hour).
+const describeEvery = time.Hour
+
+// observe is the cheap part of a pass: it checks that the store describes
+// this instance (dropping the records of another one), takes in what IMDS
+// adds, drops lost addresses whose pods are gone, and returns what IMDS
+// contradicts for EC2 to settle.
+func (w *Warmer) observe(ctx context.Context, inst *pool.Instance) (pool.Drift, error) {
+	var (
+		d       pool.Drift
+		dropped string
+		fresh   bool
+		settled []netip.Addr
+	)
+	err := w.update(ctx, func(st *alloc.State, src *pool.EC2) error {
+		fresh = src.InstanceID == ""
+		dropped = src.Identify(inst.ID)
+		d = pool.Reconcile(src, inst, w.now())
+		src.VerifiedBoot = w.Mgr.BootID
+		settled = src.DropSettledLost(allocatedIn(st))
+		if d.Empty() {
+			src.Drift = ""
+		}
+		return nil
+	})
+	if err != nil {
+		return d, err
+	}
+	if dropped != "" {
+		w.warn("the store describes instance %s but this is %s (a disk or node image from another instance?): "+
+			"its ENIs and addresses are dropped and the pool is rediscovered; no EC2 call is made on them", dropped, inst.ID)
+	}
+	if fresh || dropped != "" {
+		w.say("discovered %s (%s) with %d ENIs; %d addresses found on them", inst.ID, inst.Type, len(inst.ENIs), d.Found)
+	} else if d.Found > 0 {
+		w.say("%d addresses found on the instance joined the pool", d.Found)
+	}
+	if len(settled) > 0 {
+		w.say("lost addresses whose pods are gone left the pool: %v", settled)
+	}
+	return d, nil
+}
+
+func allocatedIn(st *alloc.State) func(netip.Addr) bool {
+	held := make(map[netip.Addr]bool, len(st.Allocations))
+	for _, a := range st.Allocations {
+		held[a.IP] = true
+	}
+	return func(ip netip.Addr) bool { return held[ip] }
+}
+
+// describeReason says why this pass must read EC2's truth, or "" if it
+// need not.
+func (w *Warmer) describeReason(src *pool.EC2, d pool.Drift) string {
+	switch {
+	case src.Dirty:
+		return "the last pass may have changed EC2 without recording it"
+	case hasUnusable(src):
+		return "addresses being given back are unsettled"
+	case len(src.Pending) > 0:
+		return "an ENI creation did not finish"
+	case !d.Empty() && d.Key() != src.Drift:
+		return "IMDS disagrees with the store: " + d.String()
+	case w.now().Sub(src.LastDescribe) >= describeEvery:
+		return "hourly check"
+	}
+	return ""
+}
+
+// RefreshResult is what Refresh did.
+type RefreshResult struct {
+	Instance *pool.Instance
+	Added    int    // addresses found on the instance that joined the pool
+	Dropped  string // the other instance whose records were dropped, if any
+}
+
+// Refresh is the part of a pass ADD may run (never EC2): it reads IMDS,
+// checks the store describes this instance (dropping another's records),
+// records that this boot has checked, and takes in addresses IMDS lists.
+func Refresh(ctx context.Context, mgr *alloc.Manager, md Metadata, now time.Time) (*RefreshResult, error) {
+	inst, err := Discover(ctx, md)
+	if err != nil {
+		return nil, err
+	}
+	r := &RefreshResult{Instance: inst}
+	err = updateSection(ctx, mgr, func(_ *alloc.State, src *pool.EC2) error {
+		r.Dropped = src.Identify(inst.ID)
+		r.Added = pool.Reconcile(src, inst, now).Found
+		src.VerifiedBoot = mgr.BootID
+		return nil
+	})
+	return r, err
+}
+
+// reassertHost has the node put back, for every ENI and every pod, what
+// it should have: someone may have flushed a table or deleted a rule since
+// the last pass. Failures are reported after the rest of the pass ran.
+func (w *Warmer) reassertHost(ctx context.Context) error {
+	if w.Host == nil {
+		return nil
+	}
+	v, err := w.snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	enis := slices.DeleteFunc(slices.Clone(v.src.ENIs), func(e pool.ENI) bool { return e.Unmanaged || e.Unverified })
+	r, err := w.Host.Reassert(ctx, enis, v.st.Allocations)
+	if len(r.Repaired) > 0 {
+		w.warn("the node had lost part of its setup, put back: %s", strings.Join(r.Repaired, "; "))
+	}
+	if len(r.Missing) > 0 {
+		// Not a failure of the pass: right after an attach the link takes
+		// a moment, and ADD on such an ENI fails with code 11 and retries.
+		w.warn("no link on the node for %s (not yet appeared, or detached?)", strings.Join(r.Missing, "; "))
+	}
+	if err != nil {
+		return fmt.Errorf("node setup: %w", err)
+	}
+	return nil
+}
