@@ -9,7 +9,7 @@ export ENI_CNI_TOOLS ?= /opt/eni-cni-test
 # Tests keep the unpacked full build (lean.go) in the work tree, not in /var/lib.
 export ENI_CNI_CACHE_DIR ?= $(CURDIR)/_out/cache
 
-.PHONY: build demo test test-unit test-privileged test-e2e deps lint bench install clean
+.PHONY: build demo test test-unit test-privileged test-e2e deps lint bench install uninstall clean
 
 # The shipped binary is the lean build (CNI verbs without grpc and the AWS
 # SDK) with the full build embedded for gc, warm and IMDS reads (lean.go).
@@ -53,8 +53,13 @@ test: deps lint build
 bench: build
 	$(GO) run ./scripts/bench -eni-cni $(BIN) -tools $(ENI_CNI_TOOLS) -go $(GO) $(BENCH_FLAGS)
 
+# INSTALL_FLAGS: e.g. "--pool ec2 --snat", "--pool static --ranges 10.244.1.0/24",
+# "--root /mnt/image", "--dry-run" (see scripts/install.sh).
 install: build
-	bash scripts/install.sh $(BIN)
+	bash scripts/install.sh $(BIN) $(INSTALL_FLAGS)
+
+uninstall:
+	bash scripts/install.sh $(BIN) --uninstall $(INSTALL_FLAGS)
 
 clean:
 	rm -rf bin _out embedded

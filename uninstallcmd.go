@@ -33,6 +33,7 @@ import (
 type uninstallCmd struct {
 	layoutFlags
 	purge, force, noEC2 bool
+	stateDir            string
 }
 
 func parseUninstall(args []string, stderr io.Writer) (*uninstallCmd, error) {
@@ -42,6 +43,7 @@ func parseUninstall(args []string, stderr io.Writer) (*uninstallCmd, error) {
 	c.layoutFlags.register(fs)
 	fs.BoolVar(&c.purge, "purge", false, "also remove the state directory (which pod holds which address)")
 	fs.BoolVar(&c.force, "force", false, "uninstall even though pods still hold addresses (their networking goes with it)")
+	fs.StringVar(&c.stateDir, "state-dir", "", "the state directory (default: the conflist's stateDir, else /var/lib/eni-cni)")
 	fs.BoolVar(&c.noEC2, "no-ec2", false, "do not ask EC2 for the ENIs eni-cni created for this instance")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -117,6 +119,12 @@ func readInstalledConfig(l *install.Layout) installedConfig {
 func (c *uninstallCmd) plan(stdout io.Writer) (*install.Uninstall, error) {
 	ic := readInstalledConfig(&c.l)
 	c.l.StateDir = ic.cfg.StateDir
+	if c.stateDir != "" {
+		if !path.IsAbs(c.stateDir) {
+			return nil, fmt.Errorf("%w: --state-dir %q is not an absolute path", errUsage, c.stateDir)
+		}
+		c.l.StateDir, ic.cfg.StateDir = c.stateDir, c.stateDir
+	}
 	u := &install.Uninstall{Layout: c.l, Live: c.live(), Purge: c.purge, CacheDirs: []string{path.Join(c.l.StateDir, ".bin")}}
 	if dir := os.Getenv("ENI_CNI_CACHE_DIR"); dir != "" && c.l.IsHostRoot() && filepath.IsAbs(dir) {
 		u.CacheDirs = append(u.CacheDirs, dir)
@@ -378,11 +386,12 @@ func reportCreatedENIs(ctx context.Context, out io.Writer, cfg *config, instance
 		fmt.Fprintf(out, "  %s  %-9s device %d  %s  %d addresses, %d prefixes  created %s  deleteOnTermination=%v\n",
 			e.ID, e.Status, e.DeviceIndex, e.SubnetID, e.Addresses, e.Prefixes, defaultString(e.CreatedAt, "?"), e.DeleteOnTermination)
 	}
-	fmt.Fprintf(out, "  EC2 deletes those with deleteOnTermination=true with the instance. To remove one now:\n"+
-		"  aws ec2 detach-network-interface --attachment-id <attachment> && aws ec2 delete-network-interface --network-interface-id <eni>\n")
+	fmt.Fprintf(out, "  EC2 deletes those with deleteOnTermination=true along with the instance. To remove them now (once no pod uses them):\n")
 	for _, e := range enis {
+		del := fmt.Sprintf("aws ec2 delete-network-interface --region %s --network-interface-id %s", region, e.ID)
 		if e.AttachmentID != "" {
-			fmt.Fprintf(out, "    %s: attachment %s\n", e.ID, e.AttachmentID)
+			del = fmt.Sprintf("aws ec2 detach-network-interface --region %s --attachment-id %s && %s", region, e.AttachmentID, del)
 		}
+		fmt.Fprintf(out, "    %s\n", del)
 	}
 }

@@ -109,7 +109,11 @@ func (u *Uninstall) stateSteps() []Step {
 		return steps
 	}
 	if has, err := dirHasEntries(dir, func(n string) bool { return n != ".bin" }); err == nil && has {
-		steps = append(steps, Note("kept %s (the addresses pods hold; --purge removes it)", dir))
+		how := "--purge"
+		if u.StateDir != DefaultLayout().StateDir {
+			how = "--purge --state-dir " + u.StateDir
+		}
+		steps = append(steps, Note("kept %s (the addresses pods hold; uninstall %s removes it)", dir, how))
 	}
 	return steps
 }
