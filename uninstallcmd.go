@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -179,22 +178,27 @@ func (c *uninstallCmd) guard(st *alloc.State, stateNote string) error {
 	return nil
 }
 
-// readStateFile reads the state without the lock and without creating
-// anything: the file is replaced by rename, so a read sees one whole
-// version. A missing file is no state and no note.
+// readStateFile reads (and migrates) the state under its lock, creating
+// nothing: a node without a state file has none and no note.
 func readStateFile(p string) (*alloc.State, string) {
-	data, err := os.ReadFile(p)
-	if errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
 		return nil, ""
 	}
+	store, err := alloc.NewDiskStore(filepath.Dir(p))
 	if err != nil {
 		return nil, fmt.Sprintf("state file %s cannot be read: %v", p, err)
 	}
-	var st alloc.State
-	if err := json.Unmarshal(data, &st); err != nil {
-		return nil, fmt.Sprintf("state file %s is corrupt: %v", p, err)
+	ctx, cancel := context.WithTimeout(context.Background(), defaultLockTimeout)
+	defer cancel()
+	if err := store.Lock(ctx); err != nil {
+		return nil, fmt.Sprintf("state file %s: %v", p, err)
 	}
-	return &st, ""
+	defer store.Unlock()
+	st, err := store.Load()
+	if err != nil {
+		return nil, fmt.Sprintf("state file %s: %v", p, err)
+	}
+	return st, ""
 }
 
 // waitWarmStep waits for a warm pass that is still running (the timers
@@ -284,7 +288,7 @@ func snatStep(cfg *config) install.Step {
 		return install.Note("absent iptables nat chain %s", snat.Chain)
 	}
 	return install.Step{Desc: "remove iptables nat chain " + snat.Chain + " and its POSTROUTING jump",
-		Do: func(context.Context) error { return snat.Remove() }}
+		Do: func(context.Context) error { _, err := snat.Remove(); return err }}
 }
 
 // knownAddresses says which addresses are eni-cni's: the static ranges,
@@ -300,8 +304,10 @@ func knownAddresses(cfg *config, st *alloc.State) (func(netip.Addr) bool, string
 		for _, c := range st.Cooling {
 			set[c.IP] = true
 		}
-		for _, p := range st.Pool {
-			set[p.IP] = true
+		if st.EC2 != nil {
+			for _, a := range st.EC2.Addrs {
+				set[a.IP] = true
+			}
 		}
 	}
 	ranges, _ := cfg.Pool.(alloc.Ranges)
@@ -313,15 +319,11 @@ func knownAddresses(cfg *config, st *alloc.State) (func(netip.Addr) bool, string
 
 // eniTables are the route tables of the secondary ENIs the state records.
 func eniTables(st *alloc.State) []int {
-	if st == nil {
-		return nil
-	}
-	src, err := pool.LoadSource(st)
-	if err != nil {
+	if st == nil || st.EC2 == nil {
 		return nil
 	}
 	var out []int
-	for _, e := range src.ENIs {
+	for _, e := range st.EC2.ENIs {
 		if t := e.Table(); t > 0 {
 			out = append(out, t)
 		}
@@ -342,12 +344,10 @@ func summarize(names []string) string {
 // operator who keeps the instance should know they are there.
 func ec2ReportSteps(cfg *config, st *alloc.State, out io.Writer) []install.Step {
 	instanceID, region := "", ""
-	if st != nil {
-		if src, err := pool.LoadSource(st); err == nil {
-			instanceID, region = src.InstanceID, src.Region
-			if region == "" {
-				region = (&ec2.Instance{AZ: src.AZ}).Region()
-			}
+	if st != nil && st.EC2 != nil {
+		instanceID, region = st.EC2.InstanceID, st.EC2.Region
+		if region == "" && st.EC2.AZ != "" {
+			region = (&pool.Instance{AZ: st.EC2.AZ}).Region()
 		}
 	}
 	if cfg.Source != sourceEC2 && instanceID == "" {
