@@ -9,7 +9,7 @@ export ENI_CNI_TOOLS ?= /opt/eni-cni-test
 # Tests keep the unpacked full build (lean.go) in the work tree, not in /var/lib.
 export ENI_CNI_CACHE_DIR ?= $(CURDIR)/_out/cache
 
-.PHONY: build demo test test-unit test-privileged test-e2e deps lint bench install uninstall clean
+.PHONY: build demo test test-unit test-privileged test-e2e deps lint bench install uninstall image clean
 
 # The shipped binary is the lean build (CNI verbs without grpc and the AWS
 # SDK) with the full build embedded for gc, warm and IMDS reads (lean.go).
@@ -60,6 +60,11 @@ install: build
 
 uninstall:
 	bash scripts/install.sh $(BIN) --uninstall $(INSTALL_FLAGS)
+
+# The DaemonSet's image (scripts/k8s/eni-cni.yaml), offline: a docker-archive
+# tar holding only the binary. IMAGE_TAG defaults to localhost/eni-cni:$(VERSION).
+image: build
+	bash scripts/k8s/build-image.sh $(BIN) _out/eni-cni-image.tar $(IMAGE_TAG)
 
 clean:
 	rm -rf bin _out embedded

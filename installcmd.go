@@ -159,6 +159,7 @@ func (c *installCmd) plan(stdout io.Writer) (*install.Install, error) {
 		return nil, err
 	}
 	in.StateDir = cfg.StateDir
+	in.CacheDir = path.Join(cfg.StateDir, ".bin")
 	if in.Live {
 		in.Systemd = install.NewSystemd(c.l.Root)
 		if !c.noRun {

@@ -500,3 +500,33 @@ func TestSystemdUnreachable(t *testing.T) {
 		t.Errorf("reload without systemd: %v", err)
 	}
 }
+
+func TestLiveInstallTightensStateDirAndDropsOldBuilds(t *testing.T) {
+	root := t.TempDir()
+	state := filepath.Join(root, "var/lib/eni-cni")
+	if err := os.MkdirAll(filepath.Join(state, ".bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(state, 0o755); err != nil { // as a hostPath volume makes it
+		t.Fatal(err)
+	}
+	old := filepath.Join(state, ".bin/eni-cni-full-0123456789abcdef")
+	if err := os.WriteFile(old, []byte("old build"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	in := newInstall(t, root)
+	in.Live, in.Timers, in.CacheDir = true, TimersCron, "/var/lib/eni-cni/.bin"
+	steps, err := in.Plan()
+	run(t, steps, err, false)
+	if fi, err := os.Stat(state); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("state dir: %v %v, want mode 0700", fi, err)
+	}
+	wantAbsent(t, old)
+	// Same binary again: a cache it unpacked meanwhile stays.
+	if err := os.WriteFile(old, []byte("current build"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	steps, err = in.Plan()
+	run(t, steps, err, false)
+	wantFile(t, old, 0o700, "current build")
+}

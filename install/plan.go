@@ -29,6 +29,10 @@ type Install struct {
 	// Systemd is the running node's service manager; needed when Live and
 	// the timers are systemd units.
 	Systemd ServiceManager
+	// CacheDir is the node path where the shipped binary unpacks its full
+	// build (one file per build); when a live install replaces the binary,
+	// the previous builds' files there are removed.
+	CacheDir string
 	// After are the caller's steps once everything is in place (a first
 	// warm pass, doctor).
 	After []Step
@@ -44,7 +48,8 @@ func (in *Install) Plan() ([]Step, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the binary to install: %w", err)
 	}
-	steps := []Step{fileStep(in.Layout, in.BinPath(), bin, 0o755, "the plugin")}
+	binStep := fileStep(in.Layout, in.BinPath(), bin, 0o755, "the plugin")
+	steps := []Step{binStep}
 	conf, err := in.conflistSteps()
 	if err != nil {
 		return nil, err
@@ -68,6 +73,9 @@ func (in *Install) Plan() ([]Step, error) {
 		steps = append(steps, Note("no timers installed (--timers none): run `eni-cni gc` and `eni-cni warm` from your own scheduler"))
 	}
 	steps = append(steps, in.stateSteps()...)
+	if binStep.Do != nil {
+		steps = append(steps, in.cacheSteps()...)
+	}
 	return append(steps, in.After...), nil
 }
 
@@ -181,7 +189,37 @@ func (in *Install) stateSteps() []Step {
 		return nil
 	}
 	if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
-		return []Step{Note("unchanged %s (state directory)", dir)}
+		if fi.Mode().Perm()&0o077 == 0 {
+			return []Step{Note("unchanged %s (state directory)", dir)}
+		}
+		// A DaemonSet's hostPath volume creates it 0755.
+		return []Step{{Desc: fmt.Sprintf("chmod 0700 %s (state directory, was %04o)", dir, fi.Mode().Perm()),
+			Do: doNoCtx(func() error { return os.Chmod(dir, 0o700) })}}
 	}
 	return []Step{{Desc: fmt.Sprintf("create %s (state directory, mode 0700)", dir), Do: doNoCtx(func() error { return os.MkdirAll(dir, 0o700) })}}
+}
+
+// cacheSteps remove the unpacked full builds of the binary being replaced:
+// each build unpacks under its own digest, so an upgrade would otherwise
+// leave the old one (tens of MB) behind. The new binary unpacks its own on
+// first use.
+func (in *Install) cacheSteps() []Step {
+	if !in.Live || in.CacheDir == "" {
+		return nil
+	}
+	dir := in.In(in.CacheDir)
+	old, _ := filepath.Glob(filepath.Join(dir, "eni-cni-full-*"))
+	if len(old) == 0 {
+		return nil
+	}
+	return []Step{{Desc: fmt.Sprintf("remove %d unpacked full builds of the replaced binary from %s", len(old), dir), BestEffort: true,
+		Do: doNoCtx(func() error {
+			var errs []error
+			for _, f := range old {
+				if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					errs = append(errs, err)
+				}
+			}
+			return errors.Join(errs...)
+		})}}
 }
