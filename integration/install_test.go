@@ -11,7 +11,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
 	"github.com/eni-cni/eni-cni/install/systemdfake"
@@ -411,4 +413,36 @@ func natHas(t *testing.T, n *node, s string) bool {
 		t.Fatalf("iptables -t nat -S: %v %s", err, o)
 	}
 	return strings.Contains(string(o.stdout), s)
+}
+
+// TestIdleExitsOnSIGTERM: the DaemonSet's main container must end on the
+// kubelet's SIGTERM by itself (as a container's PID 1 the kernel ignores a
+// signal it has no handler for, and the pod would wait out its grace).
+func TestIdleExitsOnSIGTERM(t *testing.T) {
+	cmd := exec.CommandContext(t.Context(), pluginBin, "idle")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		t.Fatalf("idle exited by itself: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("idle after SIGTERM: %v, want exit 0", err)
+		}
+	case <-time.After(execTimeout):
+		cmd.Process.Kill()
+		t.Fatal("idle ignored SIGTERM")
+	}
+	if o, _ := runInstall(t, pluginBin, "idle", "extra"); o.exit != 2 {
+		t.Errorf("idle with an argument: %s, want a usage error", o)
+	}
 }

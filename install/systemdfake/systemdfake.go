@@ -41,6 +41,7 @@ type Server struct {
 	conns   int
 	unknown map[string]bool
 	fail    map[string]string // method -> D-Bus error name
+	open    map[net.Conn]bool
 	wg      sync.WaitGroup
 }
 
@@ -55,7 +56,7 @@ func Start(root string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Path: p, ln: ln, unknown: map[string]bool{}, fail: map[string]string{}}
+	s := &Server{Path: p, ln: ln, unknown: map[string]bool{}, fail: map[string]string{}, open: map[net.Conn]bool{}}
 	s.wg.Add(1)
 	go s.accept()
 	return s, nil
@@ -90,9 +91,14 @@ func (s *Server) Conns() int {
 	return s.conns
 }
 
-// Close stops listening and waits for the connections to end.
+// Close stops listening, closes the connections and waits for them.
 func (s *Server) Close() {
 	s.ln.Close()
+	s.mu.Lock()
+	for c := range s.open {
+		c.Close()
+	}
+	s.mu.Unlock()
 	s.wg.Wait()
 }
 
@@ -105,12 +111,16 @@ func (s *Server) accept() {
 		}
 		s.mu.Lock()
 		s.conns++
+		s.open[c] = true
 		s.mu.Unlock()
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			defer c.Close()
 			s.serve(c)
+			c.Close()
+			s.mu.Lock()
+			delete(s.open, c)
+			s.mu.Unlock()
 		}()
 	}
 }
