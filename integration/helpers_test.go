@@ -28,7 +28,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Addresses of the contract (DESIGN.md, Networking).
+// Addresses of the contract (docs/ARCHITECTURE.md, Networking).
 const (
 	nodeAddr        = "10.97.0.1/32" // on the node namespace's lo: source of node->pod pings
 	gatewayIP       = "169.254.1.1"
@@ -575,7 +575,7 @@ type listed struct {
 	AllocatedAt  time.Time `json:"allocatedAt"`
 }
 
-// listFields are the allocation fields DESIGN.md promises in `list`.
+// listFields are the allocation fields README.md (Commands) promises in `list`.
 var listFields = []string{"network", "containerID", "ifname", "ip", "podNamespace", "podName", "podUID", "hostVeth", "eni", "allocatedAt"}
 
 // list runs `eni-cni list --json --config F` on the node and checks every
@@ -628,7 +628,7 @@ type wiring struct {
 	hostMAC, podMAC net.HardwareAddr
 }
 
-// assertWired checks the kernel state DESIGN.md (Networking) promises for
+// assertWired checks the kernel state docs/ARCHITECTURE.md (Networking) promises for
 // an attachment: on the node the host veth (name <= 15 chars, prefix "eni",
 // up), route IP/32 dev veth in main and rule `to IP lookup main` prio 512;
 // in the pod eth0 up with exactly IP/32, route 169.254.1.1 dev eth0 scope
