@@ -64,6 +64,17 @@ func (f *layoutFlags) register(fs *flag.FlagSet) {
 
 func (f *layoutFlags) live() bool { return f.l.IsHostRoot() || f.activate }
 
+// absRoot makes a relative --root absolute (the layout wants absolute
+// paths; a relative one is a directory the operator means from here).
+func (f *layoutFlags) absRoot() error {
+	abs, err := filepath.Abs(f.l.Root)
+	if err != nil {
+		return fmt.Errorf("%w: --root %q: %v", errUsage, f.l.Root, err)
+	}
+	f.l.Root = abs
+	return nil
+}
+
 // installCmd is a parsed `eni-cni install`.
 type installCmd struct {
 	layoutFlags
@@ -95,6 +106,9 @@ func parseInstall(args []string, stderr io.Writer) (*installCmd, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	if err := c.absRoot(); err != nil {
+		return nil, err
 	}
 	fs.Visit(func(f *flag.Flag) { c.set[f.Name] = true })
 	for n := range c.set {

@@ -232,7 +232,7 @@ func TestUninstallCommandRefusesWhilePodsHoldAddresses(t *testing.T) {
 	c := &uninstallCmd{}
 	st, note := readStateFile(state)
 	err := c.guard(st, note)
-	if err == nil || !strings.Contains(err.Error(), "1 pods still hold addresses") || !strings.Contains(err.Error(), "default/web-1") {
+	if err == nil || !strings.Contains(err.Error(), "pods still hold addresses from eni-cni: 1 (default/web-1") || !strings.Contains(err.Error(), "default/web-1") {
 		t.Fatalf("uninstall with a pod: %v", err)
 	}
 	c.force = true

@@ -53,7 +53,7 @@ func parseUninstall(args []string, stderr io.Writer) (*uninstallCmd, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
-	return c, nil
+	return c, c.absRoot()
 }
 
 func cmdUninstall(args []string, stdout, stderr io.Writer) error {
@@ -172,7 +172,7 @@ func (c *uninstallCmd) guard(st *alloc.State, stateNote string) error {
 				break
 			}
 		}
-		return fmt.Errorf("%d pods still hold addresses from eni-cni (%s; see `eni-cni list`): drain the node first (kubectl drain), or --force to remove their networking too",
+		return fmt.Errorf("pods still hold addresses from eni-cni: %d (%s; see `eni-cni list`): drain the node first (kubectl drain), or --force to remove their networking too",
 			len(st.Allocations), strings.Join(pods, ", "))
 	}
 	return nil

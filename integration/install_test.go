@@ -302,7 +302,7 @@ func TestUninstallRemovesNodeNetworking(t *testing.T) {
 		return o
 	}
 	o = uninstall()
-	if o.exit == 0 || !strings.Contains(string(o.stderr), "2 pods still hold addresses") || !strings.Contains(string(o.stderr), "eni-it/pod-00") {
+	if o.exit == 0 || !strings.Contains(string(o.stderr), "pods still hold addresses from eni-cni: 2 (") || !strings.Contains(string(o.stderr), "eni-it/pod-00") {
 		t.Fatalf("uninstall with pods: want a refusal naming them, got %s", o)
 	}
 	if len(n.vethNames(t)) != 2 || !slices.Contains(files(t, root), "opt/cni/bin/eni-cni") {
