@@ -189,7 +189,7 @@ begin image-imports
 bash "$ROOT/scripts/k8s/build-image.sh" "$ENI_BIN" "$E2E_RUN/eni-cni-image.tar" "$IMAGE" >/dev/null || fail "build-image.sh failed"
 tar -xOf "$E2E_RUN/eni-cni-image.tar" manifest.json | jq -e 'length == 1 and (.[0].Layers | length) == 1' >/dev/null || fail "not one image with one layer"
 layer=$(tar -xOf "$E2E_RUN/eni-cni-image.tar" manifest.json | jq -r '.[0].Layers[0]')
-[ "$(tar -xOf "$E2E_RUN/eni-cni-image.tar" "./$layer" | tar -t)" = eni-cni ] || fail "the layer holds more than the binary"
+[ "$(tar -xOf "$E2E_RUN/eni-cni-image.tar" "$layer" | tar -t)" = eni-cni ] || fail "the layer holds more than the binary"
 e2e_start_containerd
 e2e_ctr images import "$E2E_RUN/eni-cni-image.tar" >/dev/null || fail "ctr images import failed"
 e2e_crictl inspecti "$IMAGE" >/dev/null || fail "CRI does not see $IMAGE"

@@ -50,6 +50,7 @@ mv "$w/config.json" "$w/img/$config_sha.json"
 jq -cn --arg cfg "$config_sha.json" --arg tag "$tag" --arg layer "$layer_sha/layer.tar" \
 	'[ { Config: $cfg, RepoTags: [$tag], Layers: [$layer] } ]' >"$w/img/manifest.json"
 mkdir -p "$(dirname "$out")"
-tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$w/img" -cf "$out.new" .
+tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$w/img" -cf "$out.new" \
+	manifest.json "$config_sha.json" "$layer_sha"
 mv "$out.new" "$out"
 echo "$out: $tag ($(du -h "$out" | cut -f1), layer sha256:${layer_sha:0:12})"
