@@ -9,7 +9,7 @@ export ENI_CNI_TOOLS ?= /opt/eni-cni-test
 # Tests keep the unpacked full build (lean.go) in the work tree, not in /var/lib.
 export ENI_CNI_CACHE_DIR ?= $(CURDIR)/_out/cache
 
-.PHONY: build demo test test-unit test-privileged test-e2e deps lint bench install uninstall image clean
+.PHONY: build demo test test-unit test-privileged test-e2e test-daemonset deps lint bench install uninstall image clean
 
 # The shipped binary is the lean build (CNI verbs without grpc and the AWS
 # SDK) with the full build embedded for gc, warm and IMDS reads (lean.go).
@@ -44,6 +44,12 @@ test-privileged: build
 
 test-e2e: build
 	bash scripts/e2e/run.sh $(CURDIR)/$(BIN)
+
+# The DaemonSet's pod template as a static pod under a real kubelet, from the
+# offline image, installing onto a stand-in host root (needs the kubelet of
+# scripts/install-test-deps.sh --with-kubelet, and yq).
+test-daemonset: build
+	bash scripts/e2e/daemonset.sh $(CURDIR)/$(BIN)
 
 test: deps lint build
 	ENI_CNI_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -race ./...
