@@ -122,15 +122,24 @@ static_conflist() {
 EOF
 }
 
+# pod_json: the DaemonSet pod as kubelet reports it ({} before it does).
+pod_json() {
+	kl_pods | jq -c --arg n "$POD-$KL_NODE" '[(.items // [])[] | select(.metadata.name == $n)] | first // {}'
+}
 # pod_state: "init-exit running" of the DaemonSet pod as kubelet reports it.
 pod_state() {
-	kl_pods | jq -r --arg n "$POD-$KL_NODE" '.items[] | select(.metadata.name == $n) |
-		"\(.status.initContainerStatuses[0].state.terminated.exitCode // "-") \(if .status.containerStatuses[0].state.running then "running" else "-" end)"'
+	pod_json | jq -r '"\(.status.initContainerStatuses[0].state.terminated.exitCode // "-") \(if .status.containerStatuses[0].state.running then "running" else "-" end)"'
 }
 installed() { [ "$(pod_state 2>/dev/null)" = "0 running" ]; }
+# container_id install|idle: the runtime's ID of that container of the pod.
+container_id() {
+	local f=containerStatuses
+	[ "$1" = install ] && f=initContainerStatuses
+	pod_json | jq -r --arg f "$f" '.status[$f][0].containerID // "" | sub("^containerd://"; "")'
+}
 install_log() {
 	local id
-	id=$(e2e_crictl ps -a --name install -o json | jq -r '.containers | sort_by(.createdAt) | last | .id // empty')
+	id=$(container_id install)
 	[ -n "$id" ] && e2e_crictl logs "$id"
 }
 wait_for() {
@@ -234,7 +243,7 @@ wait_for 90 installed || fail "the recreated pod did not install (state: $(pod_s
 cmp -s "$CONFIGDIR/10-eni-cni.conflist" "$HOST/etc/cni/net.d/10-eni-cni.conflist" || fail "the conflist was not replaced"
 [ "$(stat -c %Y.%N "$HOST/opt/cni/bin/eni-cni")" = "$bin_mtime" ] || fail "the unchanged binary was rewritten"
 [ "$(stat -c %Y.%N "$HOST/etc/systemd/system/eni-cni-gc.timer")" = "$unit_mtime" ] || fail "an unchanged unit was rewritten"
-install_log | grep -q "unchanged .*/opt/cni/bin/eni-cni" || fail "the install log does not say the binary is unchanged"
+wait_for 10 eval 'install_log 2>/dev/null | grep -q "unchanged .*/opt/cni/bin/eni-cni"' || fail "the install log does not say the binary is unchanged"
 pass "conflist replaced; binary and units unchanged"
 
 begin pod-gets-address
@@ -256,15 +265,20 @@ wait_for 20 eval '[ "$(alloc_json | jq ".allocations | length")" = 0 ]' || fail 
 pass "address, veth and rule gone"
 
 begin idle-ends-on-sigterm
-idle_id=$(e2e_crictl ps --name idle -o json | jq -r '.containers[0].id // empty')
+idle_id=$(container_id idle)
 [ -n "$idle_id" ] || fail "no idle container"
 kl_rm "$POD"
-wait_for 30 eval '[ "$(e2e_crictl inspect "$idle_id" 2>/dev/null | jq -r .status.state)" != CONTAINER_RUNNING ]' || fail "idle still running"
-code=$(e2e_crictl inspect "$idle_id" 2>/dev/null | jq -r '.status.exitCode // empty')
-reason=$(e2e_crictl inspect "$idle_id" 2>/dev/null | jq -r '.status.reason // empty')
-[ -z "$code" ] || [ "$code" = 0 ] || fail "idle exited with $code ($reason), want 0 on SIGTERM"
+# Polled, so the exit is seen before kubelet removes the container.
+exited=
+for ((i = 0; i < 150; i++)); do
+	exited=$(e2e_crictl inspect "$idle_id" 2>/dev/null | jq -r 'select(.status.state == "CONTAINER_EXITED") | "\(.status.exitCode) \(.status.reason)"') || true
+	[ -z "$exited" ] || break
+	sleep 0.2
+done
+[ -n "$exited" ] || fail "idle was not seen exiting within 30 s"
+[ "${exited%% *}" = 0 ] || fail "idle exited with $exited, want 0 on SIGTERM (137: killed after the grace period)"
 kl_wait_gone 60 "$POD" || fail "the DaemonSet pod did not go"
-pass "idle exited ${code:-(container already removed)} ${reason}"
+pass "idle exited: $exited"
 
 begin host-untouched
 kill "$SD_PID" && wait "$SD_PID" || true
