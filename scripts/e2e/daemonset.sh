@@ -81,7 +81,7 @@ host_snapshot() {
 	done
 }
 
-# static_pod CONFIGDIR: the DaemonSet's pod template as a static pod: the
+# static_pod CONFIGDIR [RESTARTED]: the DaemonSet's pod template as a static pod: the
 # image ours (never pulled), every hostPath moved below $HOST, the
 # ConfigMap volume a hostPath of CONFIGDIR (static pods cannot use
 # ConfigMaps), and the state volume also mounted where the conflist's
@@ -89,10 +89,11 @@ host_snapshot() {
 # /var/lib/eni-cni).
 static_pod() {
 	yq -c 'select(.kind == "DaemonSet")' "$MANIFEST" | jq --arg host "$HOST" --arg img "$IMAGE" \
-		--arg cfg "$1" --arg ns "$KL_NAMESPACE" --arg name "$POD" '
+		--arg cfg "$1" --arg ns "$KL_NAMESPACE" --arg name "$POD" --arg restarted "${2:-}" '
 		def ours: .image = $img | .imagePullPolicy = "Never";
 		{ apiVersion: "v1", kind: "Pod",
-		  metadata: { name: $name, namespace: $ns, labels: .spec.template.metadata.labels },
+		  metadata: { name: $name, namespace: $ns, labels: .spec.template.metadata.labels,
+			annotations: (if $restarted == "" then {} else { "kubectl.kubernetes.io/restartedAt": $restarted } end) },
 		  spec: (.spec.template.spec
 			| .initContainers |= map(ours | .volumeMounts += [{ name: "state", mountPath: ("/host" + $host + "/var/lib/eni-cni") }])
 			| .containers |= map(ours)
@@ -152,7 +153,7 @@ wait_for() {
 	return 1
 }
 put_daemonset_pod() {
-	static_pod "$CONFIGDIR" >"$KL_DIR/staging/$POD.json" || fail "cannot convert $MANIFEST"
+	static_pod "$CONFIGDIR" "${1:-}" >"$KL_DIR/staging/$POD.json" || fail "cannot convert $MANIFEST"
 	mv "$KL_DIR/staging/$POD.json" "$KL_MANIFESTS/"
 }
 eni() { "$HOST/opt/cni/bin/eni-cni" "$@"; }
@@ -236,10 +237,12 @@ begin reinstall-after-config-change
 static_conflist >"$CONFIGDIR/10-eni-cni.conflist"
 bin_mtime=$(stat -c %Y.%N "$HOST/opt/cni/bin/eni-cni")
 unit_mtime=$(stat -c %Y.%N "$HOST/etc/systemd/system/eni-cni-gc.timer")
+first_install=$(container_id install)
 kl_rm "$POD"
 kl_wait_gone 60 "$POD" || fail "the DaemonSet pod did not go"
-put_daemonset_pod
-wait_for 90 installed || fail "the recreated pod did not install (state: $(pod_state))"
+put_daemonset_pod "$(date -u +%FT%TZ)"
+reinstalled() { installed && [ "$(container_id install)" != "$first_install" ]; }
+wait_for 90 reinstalled || fail "the recreated pod did not install (state: $(pod_state))"
 cmp -s "$CONFIGDIR/10-eni-cni.conflist" "$HOST/etc/cni/net.d/10-eni-cni.conflist" || fail "the conflist was not replaced"
 [ "$(stat -c %Y.%N "$HOST/opt/cni/bin/eni-cni")" = "$bin_mtime" ] || fail "the unchanged binary was rewritten"
 [ "$(stat -c %Y.%N "$HOST/etc/systemd/system/eni-cni-gc.timer")" = "$unit_mtime" ] || fail "an unchanged unit was rewritten"
