@@ -42,7 +42,7 @@ func (c *conflistFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.subnetID, "subnet-id", "", "ec2: subnet of the ENIs warm creates (default: the primary ENI's)")
 	fs.Var(&c.securityGroups, "security-group-ids", "ec2: comma-separated security groups of created ENIs")
 	fs.Var(&c.tags, "tags", "ec2: extra tags of created ENIs, k=v,k=v")
-	fs.Var(&c.excludeIPs, "exclude-ips", "ec2: comma-separated addresses eni-cni must never hand out")
+	fs.Var(&c.excludeIPs, "exclude-ips", "ec2: comma-separated addresses or CIDRs eni-cni must never hand out")
 	fs.Var(&c.addWaitSeconds, "add-wait-seconds", "ec2: how long ADD waits for warm on a dry pool")
 	fs.Var(&c.mtu, "mtu", "MTU of the pod veths (default 9001; use the node's NIC MTU off EC2)")
 	fs.Var(&c.snat, "snat", "ec2: SNAT traffic leaving the VPC to the node's primary address")
@@ -142,8 +142,10 @@ func (c *conflistFlags) render(set map[string]bool, withPortmap bool) ([]byte, e
 		return nil, err
 	}
 	for _, ip := range c.excludeIPs {
-		if _, err := netip.ParseAddr(ip); err != nil {
-			return nil, fmt.Errorf("%w: --exclude-ips: %q is not an address", errFlags, ip)
+		_, aerr := netip.ParseAddr(ip)
+		_, perr := netip.ParsePrefix(ip)
+		if aerr != nil && perr != nil {
+			return nil, fmt.Errorf("%w: --exclude-ips: %q is not an address or CIDR", errFlags, ip)
 		}
 	}
 	p := genPlugin{

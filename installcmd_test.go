@@ -29,7 +29,8 @@ func renderArgs(t *testing.T, args ...string) ([]byte, error) {
 func TestRenderEC2Conflist(t *testing.T) {
 	data, err := renderArgs(t, "--pool", "ec2", "--warm-ip-target", "3", "--minimum-ip-target", "10", "--max-enis", "2",
 		"--prefix-delegation", "--subnet-id", "subnet-0abc", "--security-group-ids", "sg-1,sg-2", "--tags", "cluster=prod,team=net",
-		"--mtu", "9001", "--snat", "--state-dir", "/var/lib/eni-cni", "--log-file", "/var/log/eni-cni.log", "--network", "k8s-pods")
+		"--mtu", "9001", "--snat", "--state-dir", "/var/lib/eni-cni", "--log-file", "/var/log/eni-cni.log", "--network", "k8s-pods",
+		"--exclude-ips", "10.0.0.5,10.0.1.0/28")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +44,7 @@ func TestRenderEC2Conflist(t *testing.T) {
 			"type": "eni-cni", "stateDir": "/var/lib/eni-cni", "mtu": 9001.0, "snat": true, "logFile": "/var/log/eni-cni.log",
 			"pool": map[string]any{"source": "ec2", "warmIPTarget": 3.0, "minimumIPTarget": 10.0, "maxENIs": 2.0,
 				"prefixDelegation": true, "subnetID": "subnet-0abc", "securityGroupIDs": []any{"sg-1", "sg-2"},
-				"tags": map[string]any{"cluster": "prod", "team": "net"}},
+				"tags": map[string]any{"cluster": "prod", "team": "net"}, "excludeIPs": []any{"10.0.0.5", "10.0.1.0/28"}},
 		}},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -58,7 +59,7 @@ func TestRenderEC2Conflist(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Source != sourceEC2 || cfg.Warm.WarmIPTarget != 3 || cfg.Warm.MaxENIs != 2 || !cfg.Warm.PrefixDelegation || !cfg.SNAT || cfg.Network != "k8s-pods" {
+	if cfg.Source != sourceEC2 || cfg.Warm.WarmIPTarget != 3 || cfg.Warm.MaxENIs != 2 || !cfg.Warm.PrefixDelegation || !cfg.SNAT || cfg.Network != "k8s-pods" || len(cfg.Warm.ExcludeIPs) != 2 {
 		t.Errorf("parsed %+v", cfg)
 	}
 }
