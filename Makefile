@@ -9,7 +9,7 @@ export ENI_CNI_TOOLS ?= /opt/eni-cni-test
 # Tests keep the unpacked full build (lean.go) in the work tree, not in /var/lib.
 export ENI_CNI_CACHE_DIR ?= $(CURDIR)/_out/cache
 
-.PHONY: build demo test test-unit test-privileged test-e2e deps lint bench install clean fuzz
+.PHONY: build demo test test-unit test-privileged test-e2e test-daemonset deps lint bench install uninstall image clean fuzz
 
 # The shipped binary is the lean build (CNI verbs without grpc and the AWS
 # SDK) with the full build embedded for gc, warm and IMDS reads (lean.go).
@@ -45,6 +45,12 @@ test-privileged: build
 test-e2e: build
 	bash scripts/e2e/run.sh $(CURDIR)/$(BIN)
 
+# The DaemonSet's pod template as a static pod under a real kubelet, from the
+# offline image, installing onto a stand-in host root (needs the kubelet of
+# scripts/install-test-deps.sh --with-kubelet, and yq).
+test-daemonset: build
+	bash scripts/e2e/daemonset.sh $(CURDIR)/$(BIN)
+
 test: deps lint build
 	ENI_CNI_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -race ./...
 	$(MAKE) --no-print-directory test-e2e
@@ -66,8 +72,18 @@ fuzz: build
 		$(GO) test $$tags -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
 	done
 
+# INSTALL_FLAGS: e.g. "--pool ec2 --snat", "--pool static --ranges 10.244.1.0/24",
+# "--root /mnt/image", "--dry-run" (see scripts/install.sh).
 install: build
-	bash scripts/install.sh $(BIN)
+	bash scripts/install.sh $(BIN) $(INSTALL_FLAGS)
+
+uninstall:
+	bash scripts/install.sh $(BIN) --uninstall $(INSTALL_FLAGS)
+
+# The DaemonSet's image (scripts/k8s/eni-cni.yaml), offline: a docker-archive
+# tar holding only the binary. IMAGE_TAG defaults to localhost/eni-cni:$(VERSION).
+image: build
+	bash scripts/k8s/build-image.sh $(BIN) _out/eni-cni-image.tar $(IMAGE_TAG)
 
 clean:
 	rm -rf bin _out embedded

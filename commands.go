@@ -32,6 +32,11 @@ commands:
   doctor [--config F] [--json]    check the node for what breaks pod networking; exit 1 on a problem
   max-pods [--instance-type T] [--config F] [--json] [--show-max-allowed]
                                   kubelet maxPods for this node (or T), as the AWS VPC CNI's calculator
+  install   [--pool ec2|static ...] [--root DIR] [--dry-run]
+                                  install the binary, a conflist and the gc/warm timers
+  uninstall [--purge] [--force] [--root DIR] [--dry-run]
+                                  remove them, with the veths, rules, ENI tables and SNAT chain
+  idle                            wait for SIGTERM (the DaemonSet pod's main container)
 
 With CNI_COMMAND set, eni-cni runs as a CNI plugin instead.
 --config defaults to the first conflist in /etc/cni/net.d with an eni-cni plugin.
@@ -71,9 +76,11 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 		return cmdList(rest, stdout, stderr)
 	case "status":
 		return cmdStatusCLI(rest, stdout, stderr)
-	case "gc", "warm", "internal", "max-pods", "doctor", "repair":
-		// These link the CRI client and the AWS SDK; see full.go.
+	case "gc", "warm", "internal", "max-pods", "doctor", "install", "uninstall", "repair":
+		// These link the CRI client, the AWS SDK or D-Bus; see full.go.
 		return runFull(cmd, rest, stdout, stderr)
+	case "idle":
+		return cmdIdle(rest)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -20,7 +20,7 @@ import (
 // pluginType is the `type` of our entry in a conflist.
 const pluginType = "eni-cni"
 
-// Defaults of the contract in DESIGN.md.
+// Defaults of the configuration contract (README.md, Configuration).
 const (
 	defaultStateDir    = "/var/lib/eni-cni"
 	defaultMTU         = 9001

@@ -49,6 +49,10 @@ func runFull(cmd string, args []string, stdout, stderr io.Writer) error {
 		return cmdMaxPodsCLI(args, stdout, stderr)
 	case "doctor":
 		return cmdDoctorCLI(args, stdout, stderr)
+	case "install":
+		return cmdInstall(args, stdout, stderr)
+	case "uninstall":
+		return cmdUninstall(args, stdout, stderr)
 	}
 	return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
 }

@@ -109,6 +109,14 @@ func cachedFull(readOnly bool) (path string, err error) {
 	return path, os.Rename(f.Name(), path)
 }
 
+// memfdOnly is fullExecutable without the on-disk cache.
+func memfdOnly() (string, error) {
+	if len(fullBinary) == 0 {
+		return "", fmt.Errorf("this eni-cni was built without its full build embedded (use make build)")
+	}
+	return memfdFull()
+}
+
 // memfdFull writes the embedded build into a memfd and returns a path the
 // kernel can exec. The fd is left open (and inheritable) on purpose: the
 // path is only valid while it is, in this process and in a child.
@@ -128,17 +136,30 @@ func memfdFull() (string, error) {
 // runFull replaces this process with the full build running the same
 // subcommand, so exit code, stdout and stderr are the full build's own.
 func runFull(cmd string, args []string, _, _ io.Writer) error {
-	path, err := fullExecutable(readOnlyCommands[cmd])
+	var path string
+	var err error
+	env := os.Environ()
+	if cmd == "install" || cmd == "uninstall" {
+		// Never the on-disk cache: install --root must leave nothing in
+		// this machine's /var/lib/eni-cni, and uninstall removes the
+		// cache. The full build installs this file, not itself.
+		path, err = memfdOnly()
+		if self, serr := os.Executable(); serr == nil {
+			env = append(env, "ENI_CNI_SELF="+self)
+		}
+	} else {
+		path, err = fullExecutable(readOnlyCommands[cmd])
+	}
 	if err != nil {
 		return err
 	}
 	argv := append([]string{os.Args[0], cmd}, args...)
-	err = syscall.Exec(path, argv, os.Environ())
+	err = syscall.Exec(path, argv, env)
 	if !strings.HasPrefix(path, "/proc/") {
 		// The cached copy would not run (damaged?): drop it, use memory.
 		os.Remove(path)
 		if path, merr := memfdFull(); merr == nil {
-			err = syscall.Exec(path, argv, os.Environ())
+			err = syscall.Exec(path, argv, env)
 		}
 	}
 	return fmt.Errorf("exec the full build: %w", err)

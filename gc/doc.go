@@ -11,7 +11,7 @@
 // It never frees anything itself and does not import the store: the caller
 // loads the allocations under the store lock, asks for a plan, and releases
 // exactly the attachments in Plan.Free. The safety rules the planner enforces
-// come from real outages (see DESIGN.md, "Why this shape"): a listing that
+// come from real outages (see docs/ARCHITECTURE.md, "GC safety"): a listing that
 // failed must change nothing, an empty listing must not look like "no pods",
 // and allocations younger than a grace period are never collected because
 // containerd runs CNI ADD before the sandbox appears in ListPodSandbox.

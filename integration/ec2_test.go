@@ -288,7 +288,7 @@ func TestEC2Status(t *testing.T) {
 	start := time.Now()
 	o := status()
 	e := wantCNIError(t, "STATUS with an empty pool and IMDS unreachable", o, 50, "cannot serve ADD", "pool is empty")
-	// The reason must say what failed (DESIGN.md, Errors): IMDS.
+	// The reason must say what failed (docs/ARCHITECTURE.md, Errors): IMDS.
 	if m := strings.ToLower(e.Msg); !strings.Contains(m, "instance metadata") && !strings.Contains(m, "imds") {
 		t.Errorf("STATUS with IMDS unreachable: message %q does not say that IMDS failed", e.Msg)
 	}

@@ -28,7 +28,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Addresses of the contract (DESIGN.md, Networking).
+// Addresses of the contract (docs/ARCHITECTURE.md, Networking).
 const (
 	nodeAddr        = "10.97.0.1/32" // on the node namespace's lo: source of node->pod pings
 	gatewayIP       = "169.254.1.1"
@@ -424,6 +424,11 @@ func runIn(ctx context.Context, nsPath string, env map[string]string, stdin []by
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + nsPath, "--"}, argv...)...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	if dir := os.Getenv("ENI_CNI_CACHE_DIR"); dir != "" {
+		// TestMain's cache of the full build: without it gc and warm
+		// unpack it into this machine's /var/lib/eni-cni/.bin.
+		cmd.Env = append(cmd.Env, "ENI_CNI_CACHE_DIR="+dir)
+	}
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
@@ -570,7 +575,7 @@ type listed struct {
 	AllocatedAt  time.Time `json:"allocatedAt"`
 }
 
-// listFields are the allocation fields DESIGN.md promises in `list`.
+// listFields are the allocation fields README.md (Commands) promises in `list`.
 var listFields = []string{"network", "containerID", "ifname", "ip", "podNamespace", "podName", "podUID", "hostVeth", "eni", "allocatedAt"}
 
 // list runs `eni-cni list --json --config F` on the node and checks every
@@ -623,7 +628,7 @@ type wiring struct {
 	hostMAC, podMAC net.HardwareAddr
 }
 
-// assertWired checks the kernel state DESIGN.md (Networking) promises for
+// assertWired checks the kernel state docs/ARCHITECTURE.md (Networking) promises for
 // an attachment: on the node the host veth (name <= 15 chars, prefix "eni",
 // up), route IP/32 dev veth in main and rule `to IP lookup main` prio 512;
 // in the pod eth0 up with exactly IP/32, route 169.254.1.1 dev eth0 scope

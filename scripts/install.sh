@@ -1,39 +1,40 @@
 #!/usr/bin/env bash
-# Installs eni-cni on a node: the binary, a conflist (unless one exists) and
-# the gc/warm timers (systemd if it runs, else a cron file).
-# Usage: scripts/install.sh [path/to/eni-cni]
-# Env: DESTDIR (prefix for a staged install), CNI_BIN_DIR, CNI_CONF_DIR,
-#      CONFLIST (file to install as 10-eni-cni.conflist), NO_TIMERS=1.
+# Installs eni-cni on a node, or removes it. A thin wrapper around the
+# binary's own `eni-cni install` / `eni-cni uninstall`, which need neither
+# this script nor a shell (the DaemonSet image runs them directly); see
+# `eni-cni install --help` for every flag.
+#
+#   scripts/install.sh [BINARY] --pool ec2 [--warm-ip-target N --max-enis N --snat ...]
+#   scripts/install.sh [BINARY] --pool static --ranges 10.244.1.0/24 [--mtu 1500]
+#   scripts/install.sh [BINARY] --root DIR ...        # into an image tree: nothing enabled or started here
+#   scripts/install.sh [BINARY] --dry-run ...         # print what would be done, change nothing
+#   scripts/install.sh [BINARY] --uninstall [--purge] [--force] [--root DIR] [--dry-run]
+#
+# BINARY defaults to bin/eni-cni (make build). Older environment settings
+# still work: DESTDIR (= --root), CONFLIST (= --conflist), NO_TIMERS=1
+# (= --timers none), CNI_BIN_DIR (= --bin-dir), CNI_CONF_DIR (= --conf-dir).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-bin=${1:-$here/../bin/eni-cni}
-D=${DESTDIR:-}
-bindir=$D${CNI_BIN_DIR:-/opt/cni/bin}
-confdir=$D${CNI_CONF_DIR:-/etc/cni/net.d}
-conflist=${CONFLIST:-$here/../testdata/10-pods.conflist}
-
-[ -x "$bin" ] || { echo "install: $bin is not built (make build)" >&2; exit 1; }
-install -d -m 0755 "$bindir" "$confdir"
-# Replace atomically: a runtime may exec the plugin while we install.
-install -m 0755 "$bin" "$bindir/.eni-cni.new" && mv -f "$bindir/.eni-cni.new" "$bindir/eni-cni"
-echo "installed $bindir/eni-cni ($("$bindir/eni-cni" version))"
-if ls "$confdir"/*.conflist >/dev/null 2>&1 && grep -l '"eni-cni"' "$confdir"/*.conflist >/dev/null 2>&1; then
-	echo "kept the existing eni-cni conflist in $confdir"
-else
-	install -m 0644 "$conflist" "$confdir/10-eni-cni.conflist"
-	echo "installed $confdir/10-eni-cni.conflist (edit pool settings before pods start)"
+bin=$here/../bin/eni-cni
+if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then
+	bin=$1
+	shift
 fi
-install -d -m 0700 "$D/var/lib/eni-cni"
-
-[ "${NO_TIMERS:-}" = 1 ] && exit 0
-if [ -z "$D" ] && [ -d /run/systemd/system ]; then
-	install -m 0644 "$here"/systemd/eni-cni-{gc,warm}.{service,timer} /etc/systemd/system/
-	systemctl daemon-reload
-	systemctl enable --now eni-cni-gc.timer eni-cni-warm.timer
-	echo "enabled eni-cni-gc.timer and eni-cni-warm.timer"
-else
-	install -d -m 0755 "$D/etc/systemd/system" "$D/etc/cron.d"
-	install -m 0644 "$here"/systemd/eni-cni-{gc,warm}.{service,timer} "$D/etc/systemd/system/"
-	install -m 0644 "$here/systemd/eni-cni.cron" "$D/etc/cron.d/eni-cni"
-	echo "systemd is not running: installed the units (for later) and $D/etc/cron.d/eni-cni"
+verb=install
+args=()
+for a in "$@"; do
+	case $a in
+	--uninstall) verb=uninstall ;;
+	*) args+=("$a") ;;
+	esac
+done
+[ -x "$bin" ] || { echo "install.sh: $bin is not built (make build)" >&2; exit 1; }
+pre=()
+[ -n "${DESTDIR:-}" ] && pre+=(--root "$DESTDIR")
+[ -n "${CNI_BIN_DIR:-}" ] && pre+=(--bin-dir "$CNI_BIN_DIR")
+[ -n "${CNI_CONF_DIR:-}" ] && pre+=(--conf-dir "$CNI_CONF_DIR")
+if [ $verb = install ]; then
+	[ -n "${CONFLIST:-}" ] && pre+=(--conflist "$CONFLIST")
+	[ "${NO_TIMERS:-}" = 1 ] && pre+=(--timers none)
 fi
+exec "$bin" "$verb" ${pre[@]+"${pre[@]}"} ${args[@]+"${args[@]}"}
