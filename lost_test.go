@@ -52,7 +52,10 @@ func TestLostStateRefusesToHandOutAddresses(t *testing.T) {
 		t.Errorf("STATUS on a lost state: %v, want code 50", err)
 	}
 	if _, _, err := p.mgr.Snapshot(ctx); !errors.Is(err, alloc.ErrStateLost) {
-		t.Errorf("list on a lost state: %v", err)
+		t.Errorf("a locked read on a lost state: %v", err)
+	}
+	if _, _, err := p.mgr.Peek(); !errors.Is(err, alloc.ErrStateLost) {
+		t.Errorf("list (Peek) on a lost state: %v", err)
 	}
 	host := &fakeHost{veths: []string{netsetup.HostVethName("eni", "live1", "eth0")},
 		routes: []gc.HostRoute{{IP: netip.MustParseAddr("10.99.0.1"), Veth: netsetup.HostVethName("eni", "live1", "eth0")}}}

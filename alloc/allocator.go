@@ -340,11 +340,12 @@ func (m *Manager) Snapshot(ctx context.Context) (st *State, c Counts, err error)
 // whole state. What the next locked call would change (allocations of a
 // previous boot, expired cooling) is applied to the copy returned only.
 func (m *Manager) Peek() (*State, Counts, error) {
-	st, err := m.Store.Load()
+	st, err := m.Load() // a lost state is refused here too (OnMissing)
 	if err != nil {
 		return nil, Counts{}, err
 	}
 	m.newBoot(st)
+	m.stampLegacy(st, m.now(), m.boot())
 	m.pruneCooling(st)
 	return st, m.Counts(st), nil
 }
