@@ -331,7 +331,7 @@ func warmPass(p *plugin, stdout io.Writer, calls *ec2.CallCounter) (ran bool, er
 	}
 	// One pass at a time per node: cron may start a pass while a slow one
 	// still runs, and two passes would both fill the same shortfall.
-	busy := flock.New(filepath.Join(p.cfg.StateDir, "warm.lock"), flock.SetPermissions(0o600))
+	busy := flock.New(filepath.Join(p.cfg.StateDir, "warm.lock"), flock.SetPermissions(0o600), flock.SetFlag(alloc.LockOpenFlags))
 	if ok, err := busy.TryLock(); err != nil {
 		return false, fmt.Errorf("warm: lock %s: %w", busy.Path(), err)
 	} else if !ok {

@@ -43,6 +43,12 @@ var ErrIO = errors.New("state file i/o")
 // pod veths. It is never "fixed" silently: the message says what to check.
 var ErrInsecure = errors.New("state path is not safe to trust")
 
+// LockOpenFlags open a lock file in the state directory: created if
+// missing, never through a symlink (O_NOFOLLOW), and never blocking on a
+// FIFO put in its place (O_NONBLOCK). Every lock file there uses them
+// (state.lock, warm.lock, the metrics' runs.lock).
+const LockOpenFlags = os.O_CREATE | os.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK
+
 // maxStateSize bounds what Load reads: a node's state is tens of kilobytes
 // (about 300 bytes per allocation); anything near this is not ours.
 const maxStateSize = 64 << 20
@@ -159,8 +165,7 @@ func (d *DiskStore) Lock(ctx context.Context) error {
 		return err
 	}
 	start := time.Now()
-	fl := flock.New(d.lockPath(), flock.SetPermissions(0o600),
-		flock.SetFlag(os.O_CREATE|os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK))
+	fl := flock.New(d.lockPath(), flock.SetPermissions(0o600), flock.SetFlag(LockOpenFlags))
 	if ok, err := fl.TryLock(); err != nil {
 		return d.lockError(err)
 	} else if ok {
