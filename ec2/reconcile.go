@@ -77,7 +77,7 @@ func (w *Warmer) describeReason(src *pool.EC2, d pool.Drift) string {
 		return "an ENI creation did not finish"
 	case !d.Empty() && d.Key() != src.Drift:
 		return "IMDS disagrees with the store: " + d.String()
-	case w.now().Sub(src.LastDescribe) >= describeEvery:
+	case pool.Elapsed(w.now(), src.LastDescribe, describeEvery):
 		return "hourly check"
 	}
 	return ""

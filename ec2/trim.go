@@ -99,10 +99,9 @@ func (w *Warmer) trimmable(st *alloc.State, src *pool.EC2) map[netip.Addr]bool {
 	for _, c := range st.Cooling {
 		busy[c.IP] = true
 	}
-	cutoff := w.now().Add(-w.Cfg.TrimAfter)
 	ok := map[netip.Addr]bool{}
 	for _, p := range src.Addrs {
-		if p.Origin == pool.OriginAssigned && !p.Unusable && !p.Lost && !busy[p.IP] && !p.AddedAt.After(cutoff) {
+		if p.Origin == pool.OriginAssigned && !p.Unusable && !p.Lost && !busy[p.IP] && pool.Elapsed(w.now(), p.AddedAt, w.Cfg.TrimAfter) {
 			ok[p.IP] = true
 		}
 	}

@@ -92,14 +92,13 @@ func Reconcile(s *EC2, inst *Instance, now time.Time) Drift {
 		origin := e.FoundOrigin()
 		d.Found += s.AddAddrs(info.ID, origin, fresh, now)
 	}
-	old := now.Add(-IMDSGrace)
 	for _, e := range s.ENIs {
 		if !attached[e.ID] {
 			d.GoneENIs = append(d.GoneENIs, e.ID)
 		}
 	}
 	for _, a := range s.Addrs {
-		if attached[a.ENI] && !listed[a.IP] && !a.Lost && a.AddedAt.Before(old) {
+		if attached[a.ENI] && !listed[a.IP] && !a.Lost && Elapsed(now, a.AddedAt, IMDSGrace) {
 			d.GoneAddrs = append(d.GoneAddrs, a.IP)
 		}
 	}

@@ -1,0 +1,56 @@
+package ec2
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/eni-cni/eni-cni/ec2/ec2fake"
+	"github.com/eni-cni/eni-cni/ec2/pool"
+)
+
+// TestClockJumpBackNeitherBlindsNorLoops: the wall clock was a year ahead
+// (an RTC set wrong at boot) while a pass stamped lastDescribe, lastSweep,
+// a pending record and an ENI's created-at tag, then NTP put it back. The
+// leak sweep must still run and delete the ENI whose Create reply was lost
+// (its tag is not "young": it is in the future), the pending record must
+// go, the steady state must cost one describe per hour, not one per pass,
+// and the hourly safety net must not wait a year.
+func TestClockJumpBackNeitherBlindsNorLoops(t *testing.T) {
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 5})
+	real := e.now
+	e.now = real.Add(365 * 24 * time.Hour)
+	e.warm(t)
+	e.addPods(t, 5)
+	e.fake.SetHook("CreateNetworkInterface", func() { time.Sleep(300 * time.Millisecond) })
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := e.w.Run(ctx); err == nil {
+		t.Fatal("a pass whose Create reply never came succeeded")
+	}
+	e.fake.SetHook("CreateNetworkInterface", nil)
+	var leaked string
+	for _, en := range e.fake.ENIs() {
+		if en.Status == "available" {
+			leaked = en.ID
+		}
+	}
+	if _, _, src := e.counts(t); leaked == "" || len(src.Pending) != 1 {
+		t.Fatalf("leaked %q, pending %+v", leaked, src.Pending)
+	}
+
+	e.now = real // NTP corrects the clock
+	e.w.Cfg.WarmIPTarget = 0
+	e.passes(t, 1)
+	if _, ok := e.fake.ENI(leaked); ok {
+		t.Errorf("leaked %s (created-at a year ahead of the corrected clock) not swept:\n%s", leaked, e.out)
+	}
+	if _, _, src := e.counts(t); len(src.Pending) != 0 {
+		t.Errorf("pending left after the sweep: %+v", src.Pending)
+	}
+	e.fake.ResetCalls()
+	e.passes(t, 240) // two hours
+	if n := e.fake.Calls()["DescribeNetworkInterfaces"]; n < 1 || n > 3 {
+		t.Errorf("%d describes in two steady hours after the clock went back, want 2", n)
+	}
+}
