@@ -498,3 +498,34 @@ func TestHostReassertedEveryPass(t *testing.T) {
 		t.Errorf("a repair was not reported:\n%s", e.out)
 	}
 }
+
+// TestExcludedAddressOnCreatedENINeverTrimmed: every address on an ENI
+// eni-cni created counts as its own, but one the operator put there and
+// listed in excludeIPs (a VIP, an Elastic IP's private address, as the
+// README tells them to) is not eni-cni's to give back.
+func TestExcludedAddressOnCreatedENINeverTrimmed(t *testing.T) {
+	vip := netip.MustParseAddr("10.0.0.210")
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 7, TrimAfter: time.Minute,
+		ExcludeIPs: []netip.Prefix{netip.PrefixFrom(vip, 32)}})
+	e.mgr.Pool = alloc.StoredPool{Exclude: e.w.Cfg.ExcludeIPs}
+	e.warm(t) // 5 on the primary, a created ENI with 2
+	var created string
+	for _, en := range e.fake.ENIs() {
+		if en.ID != e.fake.PrimaryENI().ID {
+			created = en.ID
+		}
+	}
+	if err := e.fake.AssignIPs(created, vip.String()); err != nil {
+		t.Fatal(err)
+	}
+	e.now = e.now.Add(2 * time.Hour) // IMDS shows it, the hourly describe confirms it
+	e.warm(t)
+	e.w.Cfg.WarmIPTarget = 0
+	e.now = e.now.Add(2 * time.Minute)
+	e.warm(t)
+	e.passes(t, 2)
+	eni, _ := e.fake.ENI(created)
+	if !slices.Contains(eni.SecondaryIPs, vip.String()) {
+		t.Errorf("trim gave back the excluded %s of %s: left %v\n%s", vip, created, eni.SecondaryIPs, e.out)
+	}
+}

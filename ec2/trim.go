@@ -90,7 +90,9 @@ func (w *Warmer) pickSurplus(st *alloc.State, src *pool.EC2, surplus int) []give
 }
 
 // trimmable is the set of pool addresses that may be given back now: only
-// addresses warm assigned, never ones found on the instance.
+// addresses warm assigned, never ones found on the instance, and never an
+// excluded one (a VIP or an Elastic IP's address the operator put on an ENI
+// eni-cni created, whose addresses otherwise all count as its own).
 func (w *Warmer) trimmable(st *alloc.State, src *pool.EC2) map[netip.Addr]bool {
 	busy := map[netip.Addr]bool{}
 	for _, a := range st.Allocations {
@@ -101,7 +103,8 @@ func (w *Warmer) trimmable(st *alloc.State, src *pool.EC2) map[netip.Addr]bool {
 	}
 	ok := map[netip.Addr]bool{}
 	for _, p := range src.Addrs {
-		if p.Origin == pool.OriginAssigned && !p.Unusable && !p.Lost && !busy[p.IP] && pool.Elapsed(w.now(), p.AddedAt, w.Cfg.TrimAfter) {
+		if p.Origin == pool.OriginAssigned && !p.Unusable && !p.Lost && !busy[p.IP] && !pool.Excluded(w.Cfg.ExcludeIPs, p.IP) &&
+			pool.Elapsed(w.now(), p.AddedAt, w.Cfg.TrimAfter) {
 			ok[p.IP] = true
 		}
 	}
