@@ -529,3 +529,46 @@ func TestExcludedAddressOnCreatedENINeverTrimmed(t *testing.T) {
 		t.Errorf("trim gave back the excluded %s of %s: left %v\n%s", vip, created, eni.SecondaryIPs, e.out)
 	}
 }
+
+// TestLostAddressLeavesTombstoned: an address unassigned behind eni-cni's
+// back while a pod holds it is flagged lost; when the pod goes it leaves
+// the pool. IMDS, which lags EC2, may still list it then: it must not come
+// back as a found address and go to the next pod (EC2 may have given it
+// to another instance already).
+func TestLostAddressLeavesTombstoned(t *testing.T) {
+	var e *env
+	start := time.Now()
+	clock := func() time.Time {
+		if e == nil {
+			return start
+		}
+		return e.now
+	}
+	e = newEnv(t, ec2fake.Config{InstanceType: "t3.medium", IMDSLag: 5 * time.Minute, Clock: clock}, pool.WarmConfig{WarmIPTarget: 3})
+	e.warm(t)
+	e.passes(t, 20) // IMDS has caught up
+	pods := e.addPods(t, 1)
+	victim := pods[0]
+	e.now = e.now.Add(time.Hour) // the next pass makes the hourly describe
+	e.w.Cfg.WarmIPTarget = 0     // and no assign (the fake would hand the address back at once);
+	e.w.Cfg.MinimumIPTarget = 2  // one free address stays for the next pod
+	if err := e.fake.UnassignIPs(e.fake.PrimaryENI().ID, victim.IP.String()); err != nil {
+		t.Fatal(err)
+	}
+	e.passes(t, 1)
+	if a := e.pool(t)[victim.IP]; !a.Lost {
+		t.Fatalf("%s not flagged lost: %+v\n%s", victim.IP, a, e.out)
+	}
+	if _, _, err := e.mgr.Release(context.Background(), alloc.Key{Network: "pods", ContainerID: victim.ContainerID, IfName: "eth0"}, victim.IP); err != nil {
+		t.Fatal(err)
+	}
+	e.passes(t, 4) // within IMDS's lag, past the cooldown
+	if a, ok := e.pool(t)[victim.IP]; ok {
+		t.Errorf("%s, no longer assigned by EC2 but still listed by a lagging IMDS, is back in the pool: %+v\n%s", victim.IP, a, e.out)
+	}
+	for _, a := range e.addPods(t, 1) {
+		if a.IP == victim.IP {
+			t.Fatalf("%s, which EC2 no longer assigns to this instance, went to another pod", a.IP)
+		}
+	}
+}
