@@ -572,3 +572,25 @@ func TestLostAddressLeavesTombstoned(t *testing.T) {
 		}
 	}
 }
+
+// TestReassignedLostAddressIsUsableAgain: EC2 may hand an address flagged
+// lost back to the same instance in a later assign. The reply is the
+// truth: the record must follow it, not keep the address lost (a slot EC2
+// counts against the ENI, never used, and `list` calling its pod lost).
+func TestReassignedLostAddressIsUsableAgain(t *testing.T) {
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 3})
+	e.warm(t)
+	victim := e.addPods(t, 1)[0]
+	e.now = e.now.Add(time.Hour)
+	if err := e.fake.UnassignIPs(e.fake.PrimaryENI().ID, victim.IP.String()); err != nil {
+		t.Fatal(err)
+	}
+	e.passes(t, 1) // flagged lost, then the fill asks for one more
+	eni, _ := e.fake.ENI(e.fake.PrimaryENI().ID)
+	if !slices.Contains(eni.SecondaryIPs, victim.IP.String()) {
+		t.Skipf("the fake assigned another address than %s: %v", victim.IP, eni.SecondaryIPs)
+	}
+	if a := e.pool(t)[victim.IP]; a.Lost || a.ENI != eni.ID {
+		t.Errorf("%s, assigned again by EC2, recorded as %+v\n%s", victim.IP, a, e.out)
+	}
+}

@@ -362,9 +362,26 @@ func (w *Warmer) record(ctx context.Context, eniID string, ips []netip.Addr, pre
 			all = append(all, pool.Expand(p)...)
 		}
 		added = src.AddAddrs(eniID, pool.OriginAssigned, all, w.now())
+		reassigned(src, eniID, all)
 		return nil
 	})
 	return added, err
+}
+
+// reassigned makes the records of addresses EC2 has just assigned to eniID
+// say so: one already in the pool may be flagged lost (EC2 took it away
+// and now gives it back) or filed under another ENI (moved behind
+// eni-cni's back). The reply is the truth.
+func reassigned(src *pool.EC2, eniID string, ips []netip.Addr) {
+	just := make(map[netip.Addr]bool, len(ips))
+	for _, ip := range ips {
+		just[ip] = true
+	}
+	for i := range src.Addrs {
+		if a := &src.Addrs[i]; just[a.IP] {
+			a.ENI, a.Lost = eniID, false
+		}
+	}
 }
 
 func describe(ips []netip.Addr, prefixes []netip.Prefix) string {
