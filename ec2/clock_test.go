@@ -2,8 +2,13 @@ package ec2
 
 import (
 	"context"
+	"errors"
+	"io"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
 	"github.com/eni-cni/eni-cni/ec2/pool"
@@ -52,5 +57,41 @@ func TestClockJumpBackNeitherBlindsNorLoops(t *testing.T) {
 	e.passes(t, 240) // two hours
 	if n := e.fake.Calls()["DescribeNetworkInterfaces"]; n < 1 || n > 3 {
 		t.Errorf("%d describes in two steady hours after the clock went back, want 2", n)
+	}
+}
+
+// overrideMD answers some IMDS paths itself, as a broken proxy or IMDS
+// stub in front of the real one would, and passes the rest on.
+type overrideMD struct {
+	Metadata
+	paths map[string]string
+}
+
+func (o overrideMD) GetMetadata(ctx context.Context, in *imds.GetMetadataInput, opts ...func(*imds.Options)) (*imds.GetMetadataOutput, error) {
+	if v, ok := o.paths[in.Path]; ok {
+		return &imds.GetMetadataOutput{Content: io.NopCloser(strings.NewReader(v))}, nil
+	}
+	return o.Metadata.GetMetadata(ctx, in, opts...)
+}
+
+// TestBogusInstanceIDKeepsTheStore: IMDS answering 200 with an empty or
+// nonsensical instance-id (a proxy's page, a stub) is an IMDS error, not
+// another instance: taking it for one would drop every record of this
+// instance (pending ENIs, addresses being given back) on the spot.
+func TestBogusInstanceIDKeepsTheStore(t *testing.T) {
+	for name, id := range map[string]string{"empty": "", "html": "<html><body>proxy</body></html>", "spaces": "i-01 23"} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 3})
+			e.warm(t)
+			_, _, before := e.counts(t)
+			e.w.MD = overrideMD{e.w.MD, map[string]string{"instance-id": id}}
+			e.now = e.now.Add(30 * time.Second)
+			if err := e.w.Run(context.Background()); !errors.Is(err, ErrIMDS) {
+				t.Errorf("instance-id %q: err = %v, want ErrIMDS", id, err)
+			}
+			if _, _, after := e.counts(t); after.InstanceID != before.InstanceID || len(after.Addrs) != len(before.Addrs) {
+				t.Errorf("instance-id %q: the store went from %s with %d addresses to %q with %d", id, before.InstanceID, len(before.Addrs), after.InstanceID, len(after.Addrs))
+			}
+		})
 	}
 }
