@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
 
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
 	"github.com/eni-cni/eni-cni/ec2/pool"
@@ -93,5 +94,40 @@ func TestBogusInstanceIDKeepsTheStore(t *testing.T) {
 				t.Errorf("instance-id %q: the store went from %s with %d addresses to %q with %d", id, before.InstanceID, len(before.Addrs), after.InstanceID, len(after.Addrs))
 			}
 		})
+	}
+}
+
+// emptyDescribe answers DescribeNetworkInterfaces with nothing, as EC2 in
+// the wrong region (a bad region override) or an eventually consistent
+// read does, without an error.
+type emptyDescribe struct{ API }
+
+func (emptyDescribe) DescribeNetworkInterfaces(context.Context, *ec2.DescribeNetworkInterfacesInput, ...func(*ec2.Options)) (*ec2.DescribeNetworkInterfacesOutput, error) {
+	return &ec2.DescribeNetworkInterfacesOutput{}, nil
+}
+
+// TestDescribeWithoutThePrimaryENIChangesNothing: the primary ENI cannot
+// be detached, so an answer without it is not about this instance. Taking
+// it as the truth dropped every ENI, flagged every pod's address lost and
+// tried to create an ENI in no subnet.
+func TestDescribeWithoutThePrimaryENIChangesNothing(t *testing.T) {
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 7})
+	e.warm(t)
+	e.addPods(t, 2)
+	_, _, before := e.counts(t)
+	real := e.w.API
+	e.w.API = emptyDescribe{real}
+	e.now = e.now.Add(time.Hour)
+	if err := e.w.Run(context.Background()); err == nil {
+		t.Error("a pass took an answer without the primary ENI for the truth")
+	}
+	_, _, after := e.counts(t)
+	if len(after.ENIs) != len(before.ENIs) || len(after.Addrs) != len(before.Addrs) || len(after.Lost()) != 0 {
+		t.Errorf("ENIs %d -> %d, addresses %d -> %d, lost %v\n%s", len(before.ENIs), len(after.ENIs), len(before.Addrs), len(after.Addrs), after.Lost(), e.out)
+	}
+	e.w.API = real
+	e.passes(t, 1)
+	if _, _, src := e.counts(t); len(src.ENIs) != len(before.ENIs) || len(src.Lost()) != 0 || len(e.fake.ENIs()) != len(before.ENIs) {
+		t.Errorf("after a sound describe: store ENIs %d, lost %v, EC2 ENIs %d\n%s", len(src.ENIs), src.Lost(), len(e.fake.ENIs()), e.out)
 	}
 }
