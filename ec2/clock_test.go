@@ -1,9 +1,11 @@
 package ec2
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -129,5 +131,56 @@ func TestDescribeWithoutThePrimaryENIChangesNothing(t *testing.T) {
 	e.passes(t, 1)
 	if _, _, src := e.counts(t); len(src.ENIs) != len(before.ENIs) || len(src.Lost()) != 0 || len(e.fake.ENIs()) != len(before.ENIs) {
 		t.Errorf("after a sound describe: store ENIs %d, lost %v, EC2 ENIs %d\n%s", len(src.ENIs), src.Lost(), len(e.fake.ENIs()), e.out)
+	}
+}
+
+// serverErrorAfter forwards EC2 calls to the fake and, for one action,
+// replaces the reply with EC2's 500 InternalError: the call was carried out
+// (EC2 documents that a 5xx may hide a done request) but the client hears
+// a failure.
+type serverErrorAfter struct {
+	action string
+	next   http.RoundTripper
+}
+
+func (s serverErrorAfter) RoundTrip(r *http.Request) (*http.Response, error) {
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	resp, err := s.next.RoundTrip(r)
+	if err != nil || !strings.Contains(string(body), "Action="+s.action) {
+		return resp, err
+	}
+	resp.Body.Close()
+	const reply = `<?xml version="1.0" encoding="UTF-8"?><Response><Errors><Error><Code>InternalError</Code><Message>An internal error has occurred</Message></Error></Errors><RequestID>x</RequestID></Response>`
+	return &http.Response{StatusCode: 500, Status: "500 Internal Server Error", Header: http.Header{"Content-Type": {"text/xml"}},
+		Body: io.NopCloser(strings.NewReader(reply)), Request: r, ContentLength: int64(len(reply))}, nil
+}
+
+// TestServerErrorIsNotARefusal: a 500 from CreateNetworkInterface may hide
+// an ENI EC2 did create. Taking it for a refusal dropped the pending record
+// and the dirty mark, so the ENI leaked until the next boot's sweep.
+func TestServerErrorIsNotARefusal(t *testing.T) {
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 5})
+	e.warm(t)
+	e.addPods(t, 5)
+	real := e.w.API
+	e.w.API = NewAPI(e.fake.URL(), "us-east-1", NewMetadataClient(e.fake.URL()), func(o *ec2.Options) {
+		o.HTTPClient = &http.Client{Transport: serverErrorAfter{"CreateNetworkInterface", http.DefaultTransport}}
+		o.RetryMaxAttempts = 1
+	})
+	if err := e.w.Run(context.Background()); err == nil {
+		t.Fatal("the pass did not report the failed Create")
+	}
+	if _, _, src := e.counts(t); len(src.Pending) != 1 || !src.Dirty {
+		t.Errorf("pending %+v dirty %v after a 500 that may hide a created ENI", src.Pending, src.Dirty)
+	}
+	e.w.API = real
+	e.w.Cfg.WarmIPTarget = 0
+	e.now = e.now.Add(leakAge)
+	e.passes(t, 1)
+	for _, en := range e.fake.ENIs() {
+		if en.Status == "available" {
+			t.Errorf("%s, created behind a 500, leaked:\n%s", en.ID, e.out)
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2/pool"
@@ -211,11 +212,30 @@ func (w *Warmer) refused(ctx context.Context, err error) error {
 // refusal reports whether a failed call certainly changed nothing: an
 // error from EC2 itself (after the SDK's retries) means the request was
 // rejected, and a failed dial means it never left. Anything else (a
-// timeout, a connection lost mid-call) may hide a change.
+// timeout, a connection lost mid-call, a 5xx such as InternalError, after
+// which EC2 may have carried the request out) may hide a change.
 func refusal(err error) bool {
 	var api smithy.APIError
 	var op *net.OpError
+	var resp *smithyhttp.ResponseError
+	if errors.As(err, &resp) && resp.HTTPStatusCode() >= 500 && !isThrottle(err) {
+		return false
+	}
 	return errors.As(err, &api) || (errors.As(err, &op) && op.Op == "dial")
+}
+
+// isThrottle: EC2 throttles with RequestLimitExceeded (and, for some
+// calls, a 503): the request was not carried out.
+func isThrottle(err error) bool {
+	var api smithy.APIError
+	if !errors.As(err, &api) {
+		return false
+	}
+	switch api.ErrorCode() {
+	case "RequestLimitExceeded", "Throttling", "ThrottlingException", "RequestThrottled":
+		return true
+	}
+	return false
 }
 
 func hasUnusable(src *pool.EC2) bool {
