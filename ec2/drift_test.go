@@ -594,3 +594,28 @@ func TestReassignedLostAddressIsUsableAgain(t *testing.T) {
 		t.Errorf("%s, assigned again by EC2, recorded as %+v\n%s", victim.IP, a, e.out)
 	}
 }
+
+// TestFoundAddressesTakeTheirSlots: addresses assigned behind eni-cni's
+// back (found in IMDS) take slots of their ENI. The store must count them,
+// or the next fill asks EC2 for more than the ENI holds, is refused, and
+// the pool stays short (pods waiting) until the hourly describe.
+func TestFoundAddressesTakeTheirSlots(t *testing.T) {
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 3, TrimAfter: time.Hour})
+	e.warm(t) // the primary: 3 of its 5 slots
+	if err := e.fake.AssignIPs(e.fake.PrimaryENI().ID, "10.0.0.200", "10.0.0.201"); err != nil {
+		t.Fatal(err)
+	}
+	e.passes(t, 1) // found: the primary is full
+	if c, _, _ := e.counts(t); c.Total != 5 {
+		t.Fatalf("found addresses not in the pool: %+v\n%s", c, e.out)
+	}
+	e.addPods(t, 5)
+	e.out.Reset()
+	e.now = e.now.Add(30 * time.Second)
+	if err := e.w.Run(context.Background()); err != nil {
+		t.Fatalf("the pass after the pods came: %v\n%s", err, e.out)
+	}
+	if c, _, _ := e.counts(t); c.Free < 3 {
+		t.Errorf("pool short: %+v\n%s", c, e.out)
+	}
+}
