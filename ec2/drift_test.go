@@ -619,3 +619,27 @@ func TestFoundAddressesTakeTheirSlots(t *testing.T) {
 		t.Errorf("pool short: %+v\n%s", c, e.out)
 	}
 }
+
+// TestRefreshRacingAnAssign: an ADD's refresh may read IMDS between
+// warm's Assign call and its record, taking the new addresses in as found.
+// The record must still make them warm's (trimmable) and count each slot
+// once.
+func TestRefreshRacingAnAssign(t *testing.T) {
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 3})
+	e.fake.SetHook("AssignPrivateIpAddresses", func() {
+		if _, err := Refresh(context.Background(), e.mgr, e.w.MD, e.now); err != nil {
+			t.Error(err)
+		}
+	})
+	e.warm(t)
+	_, _, src := e.counts(t)
+	primary, _ := src.PrimaryENI()
+	if primary.Secondary != 3 {
+		t.Errorf("primary counts %d secondary addresses, EC2 has 3", primary.Secondary)
+	}
+	for _, a := range src.Addrs {
+		if a.Origin != pool.OriginAssigned {
+			t.Errorf("%s, assigned by warm, recorded %q", a.IP, a.Origin)
+		}
+	}
+}

@@ -373,7 +373,7 @@ func (w *Warmer) record(ctx context.Context, eniID string, ips []netip.Addr, pre
 		if i < 0 {
 			return fmt.Errorf("record addresses of %s: ENI not in the store", eniID)
 		}
-		src.ENIs[i].Secondary += len(ips)
+		src.ENIs[i].Secondary += uncounted(src, eniID, ips)
 		all := slices.Clone(ips)
 		for _, p := range prefixes {
 			if !slices.Contains(src.ENIs[i].Prefixes, p.Masked()) {
@@ -388,9 +388,30 @@ func (w *Warmer) record(ctx context.Context, eniID string, ips []netip.Addr, pre
 	return added, err
 }
 
+// uncounted is how many of ips, just assigned to eniID, the ENI's slot
+// count lacks: all but those already in the pool on it and not lost (an
+// ADD's refresh read them from IMDS between the call and this record, and
+// Reconcile counted them).
+func uncounted(src *pool.EC2, eniID string, ips []netip.Addr) int {
+	counted := map[netip.Addr]bool{}
+	for _, a := range src.Addrs {
+		if a.ENI == eniID && !a.Lost {
+			counted[a.IP] = true
+		}
+	}
+	n := 0
+	for _, ip := range ips {
+		if !counted[ip] {
+			n++
+		}
+	}
+	return n
+}
+
 // reassigned makes the records of addresses EC2 has just assigned to eniID
 // say so: one already in the pool may be flagged lost (EC2 took it away
-// and now gives it back) or filed under another ENI (moved behind
+// and now gives it back), taken in as found by an ADD's refresh racing
+// this pass, or filed under another ENI (moved behind
 // eni-cni's back). The reply is the truth.
 func reassigned(src *pool.EC2, eniID string, ips []netip.Addr) {
 	just := make(map[netip.Addr]bool, len(ips))
@@ -399,7 +420,7 @@ func reassigned(src *pool.EC2, eniID string, ips []netip.Addr) {
 	}
 	for i := range src.Addrs {
 		if a := &src.Addrs[i]; just[a.IP] {
-			a.ENI, a.Lost = eniID, false
+			a.ENI, a.Lost, a.Origin = eniID, false, pool.OriginAssigned
 		}
 	}
 }
