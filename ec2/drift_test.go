@@ -643,3 +643,34 @@ func TestRefreshRacingAnAssign(t *testing.T) {
 		}
 	}
 }
+
+// TestRefreshRacingAnAttach: an ADD's refresh (the pool is empty: that is
+// why warm creates an ENI) may see the new ENI in IMDS before warm records
+// it. The record must merge with what the refresh wrote, not list the ENI
+// twice (a store that no longer loads).
+func TestRefreshRacingAnAttach(t *testing.T) {
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 7})
+	e.fake.SetHook("ModifyNetworkInterfaceAttribute", func() {
+		if _, err := Refresh(context.Background(), e.mgr, e.w.MD, e.now); err != nil {
+			t.Error(err)
+		}
+	})
+	e.warm(t)
+	_, _, src := e.counts(t)
+	if err := src.Validate(); err != nil {
+		t.Fatalf("store after the race: %v", err)
+	}
+	if len(src.ENIs) != 2 {
+		t.Fatalf("%d ENIs in the store, EC2 has 2", len(src.ENIs))
+	}
+	for _, en := range src.ENIs {
+		if !en.Primary() && (!en.Created || en.Unverified || en.Secondary != 2) {
+			t.Errorf("created ENI recorded as %+v", en)
+		}
+	}
+	for _, a := range src.Addrs {
+		if a.Origin != pool.OriginAssigned {
+			t.Errorf("%s recorded %q", a.IP, a.Origin)
+		}
+	}
+}

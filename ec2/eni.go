@@ -216,6 +216,10 @@ func (w *Warmer) recordENI(ctx context.Context, token string, e pool.ENI, ips []
 		e.Secondary = len(ips)
 		e.Prefixes = prefixes
 		e.Created = true
+		// An ADD's refresh may have taken the ENI in from IMDS already
+		// (unverified, its addresses found): this record, from EC2's
+		// replies, replaces that one.
+		src.ENIs = slices.DeleteFunc(src.ENIs, func(k pool.ENI) bool { return k.ID == e.ID })
 		src.ENIs = append(src.ENIs, e)
 		src.SortENIs()
 		src.Pending = slices.DeleteFunc(src.Pending, func(p pool.PendingENI) bool { return p.Token == token })
@@ -227,6 +231,7 @@ func (w *Warmer) recordENI(ctx context.Context, token string, e pool.ENI, ips []
 			all = append(all, pool.Expand(p)...)
 		}
 		added = src.AddAddrs(e.ID, pool.OriginAssigned, all, w.now())
+		reassigned(src, e.ID, all)
 		return nil
 	})
 	return added, err
