@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/fault"
 	"github.com/eni-cni/eni-cni/gc"
 	"github.com/eni-cni/eni-cni/netsetup"
 )
@@ -90,6 +91,7 @@ func (p *plugin) collect(ctx context.Context, live gc.Liveness, opts gc.Options,
 			return false, nil
 		}
 		c.Leftovers = gc.FindLeftovers(p.ours(st, snap), owned)
+		fault.Point("gc:after-plan")
 		if !dryRun {
 			// Rules and routes go under the lock: no ADD may take one of
 			// their addresses meanwhile. Leftover veths carry no route into
@@ -100,6 +102,7 @@ func (p *plugin) collect(ctx context.Context, live gc.Liveness, opts gc.Options,
 			if err := gc.RemoveLeftovers(host, routesAndRules); err != nil {
 				c.Errors = append(c.Errors, err)
 			}
+			fault.Point("gc:after-leftover-unroute")
 		}
 		return false, nil
 	})
@@ -146,6 +149,7 @@ func (p *plugin) free(ctx context.Context, c *collection, held map[alloc.Key]all
 	if len(unrouted) == 0 {
 		return
 	}
+	fault.Point("gc:after-unroute")
 	held2 := make([]alloc.Held, len(unrouted))
 	dead := make(map[alloc.Key]gc.Dead, len(c.Plan.Free))
 	for _, d := range c.Plan.Free {
@@ -163,6 +167,7 @@ func (p *plugin) free(ctx context.Context, c *collection, held map[alloc.Key]all
 	for _, a := range released {
 		c.Freed = append(c.Freed, dead[a.Key])
 	}
+	fault.Point("gc:after-release")
 	if err := p.wire.DeleteVeths(veths...); err != nil {
 		c.Errors = append(c.Errors, fmt.Errorf("delete host veths: %w", err))
 	}
