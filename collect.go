@@ -125,9 +125,13 @@ func (p *plugin) collect(ctx context.Context, live gc.Liveness, opts gc.Options,
 	return c, nil
 }
 
-// free tears down and releases the planned attachments, in the order DEL
-// uses but batched: unroute all (one listing of the rules), release all
-// (one save), then delete all their veths (one kernel request).
+// free tears down and releases the planned attachments, batched: unroute
+// all (one listing of the rules), delete all their veths (one kernel
+// request), release all (one save). Unlike DEL, the veths go before the
+// release: a gc that dies after releasing would leave veths that no
+// allocation names and no route ties to this network, so no later gc
+// could tell they are ours; the runtime repeats a failed DEL, nobody
+// repeats a gc's work.
 func (p *plugin) free(ctx context.Context, c *collection, held map[alloc.Key]alloc.Allocation) {
 	var unrouted []alloc.Allocation
 	for _, d := range c.Plan.Free {
@@ -160,6 +164,12 @@ func (p *plugin) free(ctx context.Context, c *collection, held map[alloc.Key]all
 		held2[i] = alloc.Held{Key: a.Key, IP: a.IP}
 		veths[i] = a.HostVeth
 	}
+	// A veth that will not go is reported, and its address released all
+	// the same: nothing routes to it any more.
+	if err := p.wire.DeleteVeths(veths...); err != nil {
+		c.Errors = append(c.Errors, fmt.Errorf("delete host veths: %w", err))
+	}
+	fault.Point("gc:after-veths")
 	released, err := p.mgr.ReleaseAll(ctx, held2)
 	if err != nil {
 		c.Errors = append(c.Errors, err)
@@ -168,9 +178,6 @@ func (p *plugin) free(ctx context.Context, c *collection, held map[alloc.Key]all
 		c.Freed = append(c.Freed, dead[a.Key])
 	}
 	fault.Point("gc:after-release")
-	if err := p.wire.DeleteVeths(veths...); err != nil {
-		c.Errors = append(c.Errors, fmt.Errorf("delete host veths: %w", err))
-	}
 }
 
 func attachmentsOf(as []alloc.Allocation) []netsetup.Attachment {
