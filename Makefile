@@ -6,8 +6,6 @@ GO      ?= go
 LDFLAGS := -s -w -X main.version=$(VERSION)
 # Where scripts/install-test-deps.sh puts reference plugins, crictl, etc.
 export ENI_CNI_TOOLS ?= /opt/eni-cni-test
-# Tests keep the unpacked full build (lean.go) in the work tree, not in /var/lib.
-export ENI_CNI_CACHE_DIR ?= $(CURDIR)/_out/cache
 
 .PHONY: build demo test test-unit test-privileged test-e2e test-daemonset deps lint bench install uninstall image clean
 
