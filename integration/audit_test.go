@@ -79,19 +79,20 @@ type diskState struct {
 		IP    netip.Addr `json:"ip"`
 		Until time.Time  `json:"until"`
 	} `json:"cooling"`
-	Pool []struct {
-		IP       netip.Addr `json:"ip"`
-		ENI      string     `json:"eni"`
-		Unusable bool       `json:"unusable"`
-	} `json:"pool"`
-	Source *struct {
+	EC2 *struct {
 		InstanceID string `json:"instanceID"`
 		Dirty      bool   `json:"dirty"`
 		ENIs       []struct {
-			ID       string         `json:"id"`
-			Prefixes []netip.Prefix `json:"prefixes"`
+			ID string `json:"id"`
 		} `json:"enis"`
-	} `json:"source"`
+		Addrs []struct {
+			IP       netip.Addr `json:"ip"`
+			ENI      string     `json:"eni"`
+			Unusable bool       `json:"unusable"`
+			Lost     bool       `json:"lost"`
+		} `json:"addrs"`
+		Pending []json.RawMessage `json:"pending"`
+	} `json:"ec2"`
 }
 
 // auditNetwork checks the invariants of nw's store against the node's
@@ -264,11 +265,12 @@ func podAddrs(t *testing.T, p *pod) []netip.Addr {
 func auditEC2(t *testing.T, nw *network, fake *ec2fake.Server, f *findings) {
 	t.Helper()
 	var st diskState
-	if err := json.Unmarshal(nw.stateBytes(t), &st); err != nil || st.Source == nil {
-		f.check(false, "ec2 state unreadable or without source: %v", err)
+	if err := json.Unmarshal(nw.stateBytes(t), &st); err != nil || st.EC2 == nil {
+		f.check(false, "ec2 state unreadable or without its ec2 section: %v", err)
 		return
 	}
-	instance := st.Source.InstanceID
+	src := st.EC2
+	instance := src.InstanceID
 	assigned := map[netip.Addr]string{}
 	attached := map[string]bool{}
 	for _, e := range fake.ENIs() {
@@ -291,7 +293,7 @@ func auditEC2(t *testing.T, nw *network, fake *ec2fake.Server, f *findings) {
 		}
 	}
 	known := map[string]bool{}
-	for _, e := range st.Source.ENIs {
+	for _, e := range src.ENIs {
 		known[e.ID] = true
 		f.check(attached[e.ID], "store knows ENI %s, which EC2 does not show attached", e.ID)
 	}
@@ -299,10 +301,10 @@ func auditEC2(t *testing.T, nw *network, fake *ec2fake.Server, f *findings) {
 		f.check(known[id], "ENI %s is attached but unknown to the store", id)
 	}
 	inPool := map[netip.Addr]bool{}
-	for _, p := range st.Pool {
+	for _, p := range src.Addrs {
 		inPool[p.IP] = true
 		f.check(assigned[p.IP] == p.ENI, "pool address %s (ENI %s): EC2 says %q", p.IP, p.ENI, assigned[p.IP])
-		f.check(!p.Unusable, "pool address %s still unusable after a clean warm", p.IP)
+		f.check(!p.Unusable && !p.Lost, "pool address %s still unusable or lost after a clean warm", p.IP)
 	}
 	var missing []string
 	for ip, id := range assigned {
@@ -312,7 +314,8 @@ func auditEC2(t *testing.T, nw *network, fake *ec2fake.Server, f *findings) {
 	}
 	sort.Strings(missing)
 	f.check(len(missing) == 0, "EC2 assigned addresses the store does not know (leaked): %s", strings.Join(missing, ", "))
-	f.check(!st.Source.Dirty, "store still marked dirty after a clean warm")
+	f.check(!src.Dirty, "store still marked dirty after a clean warm")
+	f.check(len(src.Pending) == 0, "pending ENIs after a clean warm: %s", src.Pending)
 	for _, a := range st.Allocations {
 		f.check(assigned[a.IP] != "", "allocation %s holds %s, which EC2 no longer assigns", short(a.ContainerID), a.IP)
 	}

@@ -552,15 +552,19 @@ func backdatePool(t *testing.T, nw *network, d time.Duration) {
 	if err := json.Unmarshal(nw.stateBytes(t), &st); err != nil {
 		t.Fatal(err)
 	}
-	var pool []map[string]any
-	if err := json.Unmarshal(st["pool"], &pool); err != nil {
+	var section map[string]json.RawMessage
+	if err := json.Unmarshal(st["ec2"], &section); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range pool {
+	var addrs []map[string]any
+	if err := json.Unmarshal(section["addrs"], &addrs); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range addrs {
 		p["addedAt"] = time.Now().Add(-d).UTC().Format(time.RFC3339Nano)
 	}
-	b, _ := json.Marshal(pool)
-	st["pool"] = b
+	section["addrs"], _ = json.Marshal(addrs)
+	st["ec2"], _ = json.Marshal(section)
 	out, _ := json.Marshal(st)
 	if err := os.WriteFile(nw.statePath(), out, 0o600); err != nil {
 		t.Fatal(err)
