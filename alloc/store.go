@@ -11,6 +11,8 @@ import (
 	"sync"
 
 	"github.com/gofrs/flock"
+
+	"github.com/eni-cni/eni-cni/fault"
 )
 
 // Store is where the state lives. Load and Save must only be called between
@@ -183,6 +185,7 @@ func writeFileAtomic(path string, data []byte) (err error) {
 	if err = f.Close(); err != nil {
 		return err
 	}
+	fault.Point("save:before-rename")
 	if err = os.Rename(tmp, path); err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/fault"
 )
 
 // TagNoManage on an ENI with the value "true" keeps eni-cni (and the AWS
@@ -55,6 +56,7 @@ func (w *Warmer) resync(ctx context.Context, why string, d pool.Drift) error {
 				why, ErrEC2Inconsistent, v.src.InstanceID, v.src.Region, p.ID)
 		}
 	}
+	fault.Point("warm:resync-after-describe")
 	var report resyncReport
 	err = w.update(ctx, func(st *alloc.State, src *pool.EC2) error {
 		report = applyTruth(st, src, truth, w.now())

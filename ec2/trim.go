@@ -12,6 +12,7 @@ import (
 
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/fault"
 )
 
 // giveBack is one unassign call's worth: addresses or prefixes of one ENI.
@@ -45,6 +46,7 @@ func (w *Warmer) trim(ctx context.Context) error {
 	if err != nil || len(batches) == 0 {
 		return err
 	}
+	fault.Point("warm:after-unusable-mark")
 	var errs []error
 	for _, b := range batches {
 		if err := w.unassign(ctx, b); err != nil {
@@ -141,6 +143,7 @@ func (w *Warmer) unassign(ctx context.Context, b giveBack) error {
 	if _, err := w.API.UnassignPrivateIpAddresses(ctx, in); err != nil {
 		return fmt.Errorf("unassign %s from %s (kept unusable until the next pass checks EC2): %w", describe(b.ips, b.prefixes), b.eni, err)
 	}
+	fault.Point("warm:after-unassign-before-forget")
 	err := w.update(context.WithoutCancel(ctx), func(st *alloc.State, src *pool.EC2) error {
 		w.forget(src, b)
 		return nil

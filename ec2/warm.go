@@ -21,6 +21,7 @@ import (
 
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/fault"
 )
 
 // API is the part of the EC2 client `warm` uses.
@@ -341,10 +342,12 @@ func (w *Warmer) assign(ctx context.Context, e pool.ENI, need, room int) error {
 	if err := w.setDirty(ctx, true); err != nil {
 		return err
 	}
+	fault.Point("warm:after-dirty-mark")
 	out, err := w.API.AssignPrivateIpAddresses(ctx, in)
 	if err != nil {
 		return w.refused(ctx, fmt.Errorf("assign addresses to %s: %w", e.ID, err))
 	}
+	fault.Point("warm:after-assign-before-record")
 	var ips []netip.Addr
 	for _, a := range out.AssignedPrivateIpAddresses {
 		if ip, err := netip.ParseAddr(aws.ToString(a.PrivateIpAddress)); err == nil {
@@ -358,6 +361,7 @@ func (w *Warmer) assign(ctx context.Context, e pool.ENI, need, room int) error {
 		}
 	}
 	n, err := w.record(ctx, e.ID, ips, prefixes)
+	fault.Point("warm:after-record")
 	if err == nil {
 		w.say("assigned %d addresses to %s (%s)", n, e.ID, describe(ips, prefixes))
 	}

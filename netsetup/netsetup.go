@@ -22,6 +22,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/eni-cni/eni-cni/fault"
 )
 
 // GatewayIP is the pod's link-local gateway, pinned in the pod's neighbour
@@ -90,6 +92,7 @@ func Setup(p Pod) (l Links, err error) {
 	if err != nil {
 		return l, err
 	}
+	fault.Point("add:after-veth")
 	defer func() {
 		if err != nil {
 			_ = Teardown(p.HostVeth, p.IP)
@@ -102,6 +105,7 @@ func Setup(p Pod) (l Links, err error) {
 	if l.PodMAC, err = configurePod(p, podNS, l.HostMAC); err != nil {
 		return l, err
 	}
+	fault.Point("add:after-pod-config")
 	if err = configureHost(p, host); err != nil {
 		return l, err
 	}
@@ -196,6 +200,7 @@ func configureHost(p Pod, host netlink.Link) error {
 	if err := netlink.RouteReplace(route); err != nil {
 		return fmt.Errorf("add host route %s dev %s: %w", p.IP, p.HostVeth, err)
 	}
+	fault.Point("add:after-host-route")
 	if err := addRule(toPodRule(p.IP)); err != nil {
 		return fmt.Errorf("add rule to %s lookup main: %w", p.IP, err)
 	}
