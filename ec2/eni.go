@@ -56,7 +56,7 @@ func (w *Warmer) createENI(ctx context.Context, src *pool.EC2, need int) error {
 	if err := w.beginCreate(ctx, token); err != nil {
 		return err
 	}
-	fault.Point("warm:eni-after-dirty-mark")
+	fault.Point("warm:after-pending-mark")
 	out, err := w.API.CreateNetworkInterface(ctx, in)
 	if err != nil {
 		err = fmt.Errorf("create ENI in %s: %w", subnet, err)
@@ -65,6 +65,7 @@ func (w *Warmer) createENI(ctx context.Context, src *pool.EC2, need int) error {
 		}
 		return err // maybe created: the pending record leads a sweep to it
 	}
+	fault.Point("warm:after-create-before-note")
 	e, ips, prefixes, err := w.newENIState(ctx, out.NetworkInterface, src, primary)
 	if e.ID != "" {
 		if perr := w.notePending(ctx, token, e.ID); perr != nil {

@@ -65,7 +65,8 @@ var walkPlan = map[string][]walkCase{
 	"warm:after-assign-before-record":   {{1, "warm-fill"}},
 	"warm:after-record":                 {{1, "warm-fill"}},
 	"warm:resync-after-describe":        {{1, "warm-resync"}},
-	"warm:eni-after-dirty-mark":         {{1, "warm-eni"}},
+	"warm:after-pending-mark":           {{1, "warm-eni-late"}},
+	"warm:after-create-before-note":     {{1, "warm-eni-late"}},
 	"warm:after-create-before-attach":   {{1, "warm-eni"}},
 	"warm:after-attach-before-dot":      {{1, "warm-eni"}},
 	"warm:after-attach-before-record":   {{1, "warm-eni"}},
@@ -117,7 +118,7 @@ func TestFaultWalk(t *testing.T) {
 				}
 			case "gc":
 				t.Run(c.kind+"/"+point, func(t *testing.T) { walkGC(t, bin, point) })
-			case "warm-fill", "warm-resync", "warm-eni", "warm-trim":
+			case "warm-fill", "warm-resync", "warm-eni", "warm-eni-late", "warm-trim":
 				t.Run(c.kind+"/"+point, func(t *testing.T) { walkWarm(t, bin, c.kind, point) })
 			default:
 				t.Fatalf("unknown walk kind %q", c.kind)
@@ -464,7 +465,7 @@ func walkWarm(t *testing.T, bin, kind, point string) {
 	en := newEC2Node(t, ec2fake.Config{})
 	en.primaryLink(t)
 	target := 3
-	if kind == "warm-eni" {
+	if kind == "warm-eni" || kind == "warm-eni-late" {
 		target = 7 // more than the primary ENI's 5 slots: a second ENI
 	}
 	nw := newEC2Network(t, en, "1.0.0", map[string]any{"warmIPTarget": target}, nil)
@@ -481,6 +482,14 @@ func walkWarm(t *testing.T, bin, kind, point string) {
 	}
 	w.warmAttaching(t, en, point)
 	w.auditStore(t)
+	if kind == "warm-eni-late" {
+		// The pass died holding a pending ENI record without the ENI's ID
+		// (the Create call's reply never recorded): an ENI it may have
+		// created is only looked for once older than the sweep's age, so
+		// that no pass still on its way to attaching one loses it. Let that
+		// time pass.
+		agePending(t, nw, en, 10*time.Minute)
+	}
 	w.warmAttaching(t, en, "")
 	e := w.exp
 	e.eniLinks = en.linkNames()
@@ -542,6 +551,45 @@ func (en *ec2Node) linkNames() map[string]bool {
 		out[name] = true
 	}
 	return out
+}
+
+// agePending moves the pending ENI records, the last leak sweep and the
+// creation tags of the ENIs eni-cni created d into the past. Only while no
+// plugin runs.
+func agePending(t *testing.T, nw *network, en *ec2Node, d time.Duration) {
+	t.Helper()
+	var st map[string]json.RawMessage
+	if err := json.Unmarshal(nw.stateBytes(t), &st); err != nil {
+		t.Fatal(err)
+	}
+	var section map[string]json.RawMessage
+	if err := json.Unmarshal(st["ec2"], &section); err != nil {
+		t.Fatal(err)
+	}
+	var pending []map[string]any
+	if raw, ok := section["pending"]; ok {
+		if err := json.Unmarshal(raw, &pending); err != nil {
+			t.Fatal(err)
+		}
+	}
+	back := time.Now().Add(-d).UTC()
+	for _, p := range pending {
+		p["since"] = back.Format(time.RFC3339Nano)
+	}
+	section["pending"], _ = json.Marshal(pending)
+	section["lastSweep"], _ = json.Marshal(back)
+	st["ec2"], _ = json.Marshal(section)
+	out, _ := json.Marshal(st)
+	if err := os.WriteFile(nw.statePath(), out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range en.fake.ENIs() {
+		if e.Tags["eni-cni/created-at"] != "" {
+			if err := en.fake.TagENI(e.ID, map[string]string{"eni-cni/created-at": back.Format(time.RFC3339)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 }
 
 // backdatePool moves every pool address's addedAt d into the past, so
