@@ -9,7 +9,7 @@ export ENI_CNI_TOOLS ?= /opt/eni-cni-test
 # Tests keep the unpacked full build (lean.go) in the work tree, not in /var/lib.
 export ENI_CNI_CACHE_DIR ?= $(CURDIR)/_out/cache
 
-.PHONY: build demo test test-unit test-privileged test-e2e deps lint bench install clean
+.PHONY: build demo test test-unit test-privileged test-e2e test-kubelet deps lint bench install clean
 
 # The shipped binary is the lean build (CNI verbs without grpc and the AWS
 # SDK) with the full build embedded for gc, warm and IMDS reads (lean.go).
@@ -27,8 +27,9 @@ demo: build
 demo-ec2: build
 	bash scripts/demo-ec2.sh $(BIN)
 
+# Cached: a second run builds nothing (see the script's header).
 deps:
-	bash scripts/install-test-deps.sh --with-containerd2
+	bash scripts/install-test-deps.sh --with-containerd2 --with-kubelet
 
 lint: build
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
@@ -45,9 +46,16 @@ test-privileged: build
 test-e2e: build
 	bash scripts/e2e/run.sh $(CURDIR)/$(BIN)
 
+# A real kubelet (standalone, static pods) drives eni-cni through containerd.
+# Needs `make deps` (kubelet is built once, 6-20 min). KUBELET_PHASES="static"
+# skips the ec2 phase; KUBELET_EC2_POOL=dry tests ADD on a dry ec2 pool.
+test-kubelet: build
+	bash scripts/e2e/kubelet.sh --phases "$(or $(KUBELET_PHASES),static ec2)" $(CURDIR)/$(BIN)
+
 test: deps lint build
 	ENI_CNI_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -race ./...
 	$(MAKE) --no-print-directory test-e2e
+	$(MAKE) --no-print-directory test-kubelet
 
 # eni-cni vs ptp+host-local in throwaway namespaces; table on stdout and in BENCHMARKS.md, details in _out/bench/. Root. BENCH_FLAGS=-quick for a short run.
 bench: build
