@@ -23,33 +23,34 @@ import (
 
 // results is everything the report shows, also written as results.json.
 type results struct {
-	Date         string      `json:"date"`
-	Machine      []string    `json:"machine"`
-	Versions     []string    `json:"versions"`
-	Flags        string      `json:"flags"`
-	ENIVersion   string      `json:"eniVersion"`
-	LoadStart    string      `json:"loadStart"`
-	LoadEnd      string      `json:"loadEnd"`
-	PhaseSeconds []phaseTime `json:"phaseSeconds"`
-	Rows         []row       `json:"rows"`
-	Targets      []target    `json:"targets"`
-	Steps        []stepRow   `json:"inProcessSteps"`
-	EC2          []ec2Calls  `json:"ec2"`
-	CRICalls     string      `json:"criCalls"`
-	JSONCost     string      `json:"jsonCost"`
-	Floors       []floorRow  `json:"floors"`
-	Overhead     []string    `json:"overhead"`
-	FillSteps    []fillRow   `json:"inProcessFill"`
-	PprofTop     string      `json:"-"`
-	PprofCum     string      `json:"-"`
-	PerfNote     string      `json:"perfNote"`
-	RSSNote      string      `json:"rssNote"`
-	PerfBuild    string      `json:"perfBuild"`
-	PerfSelf     string      `json:"-"`
-	PerfChildren string      `json:"-"`
-	PerfSplit    []string    `json:"perfSplit"`
-	PerfComm     string      `json:"-"`
-	Params       config      `json:"-"`
+	Date         string        `json:"date"`
+	Machine      []string      `json:"machine"`
+	Versions     []string      `json:"versions"`
+	Flags        string        `json:"flags"`
+	ENIVersion   string        `json:"eniVersion"`
+	LoadStart    string        `json:"loadStart"`
+	LoadEnd      string        `json:"loadEnd"`
+	PhaseSeconds []phaseTime   `json:"phaseSeconds"`
+	Rows         []row         `json:"rows"`
+	Targets      []target      `json:"targets"`
+	Steps        []stepRow     `json:"inProcessSteps"`
+	EC2          []ec2Calls    `json:"ec2"`
+	Kubelet      *kubeletBench `json:"kubelet,omitempty"`
+	CRICalls     string        `json:"criCalls"`
+	JSONCost     string        `json:"jsonCost"`
+	Floors       []floorRow    `json:"floors"`
+	Overhead     []string      `json:"overhead"`
+	FillSteps    []fillRow     `json:"inProcessFill"`
+	PprofTop     string        `json:"-"`
+	PprofCum     string        `json:"-"`
+	PerfNote     string        `json:"perfNote"`
+	RSSNote      string        `json:"rssNote"`
+	PerfBuild    string        `json:"perfBuild"`
+	PerfSelf     string        `json:"-"`
+	PerfChildren string        `json:"-"`
+	PerfSplit    []string      `json:"perfSplit"`
+	PerfComm     string        `json:"-"`
+	Params       config        `json:"-"`
 	stepOrder    map[string][]string
 	fillTenth    int
 	fillRound    int
@@ -306,6 +307,8 @@ func (b *bench) buildTables() {
 			fmt.Sprintf("%d EC2 calls, %d IMDS reads", x.EC2Total, x.IMDS), "n/a", "–"})
 	}
 
+	b.kubeletRows()
+
 	// Targets.
 	add := func(name string, measured float64, mfmt string, limit float64, lfmt string) {
 		v, ok := verdict(measured, limit)
@@ -324,6 +327,10 @@ func (b *bench) buildTables() {
 		if x.Scenario == scenarioSteady {
 			add("EC2 calls per node-hour at steady state", float64(x.EC2Total), "%.0f", 1, "≤ 1")
 		}
+	}
+
+	if b.cfg.phases != nil {
+		b.dropUnmeasured()
 	}
 
 	// In-process steps as the store fills up (each profile round attaches
@@ -362,6 +369,26 @@ func (b *bench) buildTables() {
 			res.Steps = append(res.Steps, stepRow{op, st, p, p / tot})
 		}
 	}
+}
+
+// dropUnmeasured removes, in a run of some phases only (-phases), the rows
+// and targets of the phases that did not run: nothing measured in them.
+func (b *bench) dropUnmeasured() {
+	measured := func(s string) bool { return strings.ContainsAny(s, "0123456789") }
+	var rows []row
+	for _, x := range b.res.Rows {
+		if measured(x.ENI) || measured(x.Ref) {
+			rows = append(rows, x)
+		}
+	}
+	b.res.Rows = rows
+	var ts []target
+	for _, t := range b.res.Targets {
+		if !math.IsNaN(t.Value) {
+			ts = append(ts, t)
+		}
+	}
+	b.res.Targets = ts
 }
 
 // ---------------------------------------------------------------- output
@@ -529,6 +556,7 @@ func (b *bench) writeMarkdown(path string) error {
 		b.cfg.gcAllocs, b.cfg.gcSandboxes, b.cfg.gcDead)
 	p("`eni-cni gc --grace 0s` frees those %d (veths torn down, one save); the CNI GC verb does the same from `cni.dev/valid-attachments`. CRI calls served: %s.\n", b.cfg.gcDead, r.CRICalls)
 	p("- EC2: `ec2fake` + `ec2.Warmer` in process with a hand-moved clock, the scenario of `TestWarmCreatesENIsUpToLimit` (m5.large, warmIPTarget 5, warm every 5th pod and when ADD finds the pool empty), then 120 warm passes 30 s apart.\n")
+	p("%s", b.kubeletMethod())
 	p("- Profiles: the ADD code path run in process %d times (the repository's `alloc.Manager` on the disk store + `netsetup.Setup` + result printing, as `cni.go`/`plugin.go` wire them) under `runtime/pprof`, ",
 		b.cfg.profileAdds)
 	p("ADDs and DELs profiled separately (`_out/bench/add-cpu.pprof`, `del-cpu.pprof`); per-step wall times from timers around the same calls. ")
@@ -723,6 +751,18 @@ func (c config) String() string {
 		c.n, c.burst, c.burstRounds, c.gone, c.execN, c.gcAllocs, c.gcSandboxes, c.gcDead, c.gcReps, c.gcRounds, c.profileAdds, c.perfN, c.cooldown, c.mtu)
 	if c.sharedNode {
 		s += " -shared-node"
+	}
+	if c.runs("kubelet") {
+		s += fmt.Sprintf(" -kubelet-rounds %d -kubelet-pods %d", c.kubeRounds, c.kubePods)
+	}
+	if c.phases != nil {
+		var keys []string
+		for _, k := range phaseKeys() {
+			if c.phases[k] {
+				keys = append(keys, k)
+			}
+		}
+		s += " -phases " + strings.Join(keys, ",")
 	}
 	return s
 }
