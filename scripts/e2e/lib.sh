@@ -214,6 +214,9 @@ e2e_free_port() {
 
 # ------------------------------------------------------------------ setup
 
+# Deepest first (e2e_cleanup removes them in this order).
+_E2E_HOST_DIRS=(/var/lib/cni/results /var/lib/cni /run/containerd/s /run/containerd /run/netns)
+
 # e2e_init: create the run dir and export the paths. Call once per run.
 e2e_init() {
 	[ "$(id -u)" = 0 ] || e2e_die "e2e tests need root" || return 1
@@ -233,6 +236,18 @@ e2e_init() {
 	if [ -z "${E2E_CNI_CONF_DIR:-}" ] || [ "$E2E_CNI_CONF_DIR" = "${_E2E_DEFAULT_CONF_DIR:-}" ]; then
 		E2E_CNI_CONF_DIR=$E2E_RUN/cni/net.d _E2E_DEFAULT_CONF_DIR=$E2E_RUN/cni/net.d
 	fi
+	# eni-cni's unpacked full build (lean.go): in the run, not /var/lib/eni-cni.
+	if [ -z "${ENI_CNI_CACHE_DIR:-}" ] || [ "$ENI_CNI_CACHE_DIR" = "${_E2E_DEFAULT_CACHE:-}" ]; then
+		ENI_CNI_CACHE_DIR=$E2E_RUN/eni-cni-cache _E2E_DEFAULT_CACHE=$E2E_RUN/eni-cni-cache
+	fi
+	export ENI_CNI_CACHE_DIR
+	# Shared directories that containerd, its shims and libcni create when
+	# missing: e2e_cleanup removes those this run made, once empty.
+	: >"$E2E_RUN/host-dirs.made"
+	local d
+	for d in "${_E2E_HOST_DIRS[@]}"; do
+		[ -e "$d" ] || echo "$d" >>"$E2E_RUN/host-dirs.made"
+	done
 	: "${E2E_PAUSE_TAR:=$E2E_TOOLS/pause.tar}"
 	E2E_CRICTL=$E2E_TOOLS/bin/crictl
 	case $E2E_CONTAINERD in
@@ -720,6 +735,10 @@ e2e_cleanup() {
 		rm -f /var/lib/cni/results/*"-$id-"* "$(_e2e_shim_socket "$id")" 2>/dev/null
 	done <"$E2E_RUN/pods.list"
 	for p in $(_e2e_cgroup_dirs); do rmdir "$p" 2>/dev/null || true; done
+	# rmdir: only if empty (another runtime on the machine may use them now).
+	while read -r p; do
+		[ -n "$p" ] && rmdir "$p" 2>/dev/null || true
+	done < <(cat "$E2E_RUN/host-dirs.made" 2>/dev/null)
 	if [ "${E2E_KEEP_RUN:-0}" = 1 ]; then
 		e2e_log "kept run dir $E2E_RUN"
 	else
