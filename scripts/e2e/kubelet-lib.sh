@@ -272,7 +272,7 @@ kl_wait_gone() {
 		[ -n "$left" ] || return 0
 		sleep 0.2
 	done
-	e2e_log "still listed by kubelet after ${secs}s: $(echo $left)"
+	e2e_log "still listed by kubelet after ${secs}s: $(tr "\n" " " <<<"$left")"
 	return 1
 }
 

@@ -59,7 +59,7 @@ ROOT=$(cd "$here/../.." && pwd)
 # shellcheck source-path=SCRIPTDIR source=kubelet-lib.sh
 . "$here/kubelet-lib.sh"
 
-MODE=test PHASES="static ec2" BENCH_OUT= ROUNDS=3 BENCH_PODS=20
+MODE=test PHASES="static ec2" BENCH_OUT='' ROUNDS=3 BENCH_PODS=20
 while [ $# -gt 1 ]; do
 	case $1 in
 	--phases) PHASES=$2; shift ;;
@@ -582,7 +582,7 @@ phase_static() {
 
 # ------------------------------------------------------------------ ec2 phase
 
-EC2_NODE= EC2_VPC= EC2_WORK= FAKE_PID= WATCH_PID= WARM_PID=
+EC2_NODE='' EC2_VPC='' EC2_WORK='' FAKE_PID='' WATCH_PID='' WARM_PID=''
 
 # ec2_setup: a throwaway node namespace with the fake IMDS + EC2 server (as
 # scripts/demo-ec2.sh), the primary ENI's link, and a "hypervisor" that adds
