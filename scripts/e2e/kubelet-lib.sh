@@ -231,7 +231,7 @@ kl_pods() { curl -sf --max-time 5 "http://127.0.0.1:$KL_RO_PORT/pods"; }
 # kl_status NAME: "uid ip ready restarts" of static pod NAME as kubelet
 # reports it ("-" for what it does not report).
 kl_status() {
-	kl_pods | jq -r --arg n "$1-$KL_NODE" '.items[] | select(.metadata.name == $n) |
+	kl_pods | jq -r --arg n "$1-$KL_NODE" '(.items // [])[] | select(.metadata.name == $n) |
 		[ .metadata.uid, (.status.podIP // "-"),
 		  ((.status.conditions // []) | map(select(.type == "Ready"))[0].status // "-"),
 		  ((.status.containerStatuses // [])[0].restartCount // 0) ] | map(tostring) | join(" ")'
@@ -242,7 +242,7 @@ kl_ip() { kl_status "$1" | cut -d' ' -f2; }
 # kl_ready_names: short names of this namespace's static pods that kubelet
 # reports Ready with an IP, one "name ip" a line.
 kl_ready_names() {
-	kl_pods | jq -r --arg sfx "-$KL_NODE" --arg ns "$KL_NAMESPACE" '.items[] |
+	kl_pods | jq -r --arg sfx "-$KL_NODE" --arg ns "$KL_NAMESPACE" '(.items // [])[] |
 		select(.metadata.namespace == $ns and (.status.podIP // "") != "" and
 			((.status.conditions // []) | any(.type == "Ready" and .status == "True"))) |
 		"\(.metadata.name | rtrimstr($sfx)) \(.status.podIP)"'
@@ -268,7 +268,7 @@ kl_wait_gone() {
 	shift
 	for ((i = 0; i < secs * 5; i++)); do
 		left=$(comm -12 <(printf '%s\n' "$@" | sort) <(kl_pods 2>/dev/null |
-			jq -r --arg sfx "-$KL_NODE" '.items[].metadata.name | rtrimstr($sfx)' | sort))
+			jq -r --arg sfx "-$KL_NODE" '(.items // [])[].metadata.name | rtrimstr($sfx)' | sort))
 		[ -n "$left" ] || return 0
 		sleep 0.2
 	done
@@ -286,7 +286,7 @@ kl_sandboxes() {
 	notready) st=(--state notready) ;;
 	esac
 	e2e_crictl pods "${st[@]}" --namespace "$KL_NAMESPACE" -o json |
-		jq -r --arg sfx "-$KL_NODE" '.items[] |
+		jq -r --arg sfx "-$KL_NODE" '(.items // [])[] |
 			"\(.id) \(.metadata.name | rtrimstr($sfx)) \(.metadata.attempt) \(.state) \(.metadata.uid)"'
 }
 
@@ -305,9 +305,17 @@ kl_cleanup_cgroups() {
 # /var/log/containers, the device-plugins socket and checkpoint, directories
 # it created) and its cgroups. Safe to call twice and before kl_init.
 kl_cleanup() {
-	local f t
+	local f t i m
 	[ -n "${KL_DIR:-}" ] && [ -d "$KL_DIR" ] || return 0
 	kl_stop
+	# kubelet makes its root dir a shared bind mount of itself (and would
+	# mount pod volumes under it): unmount, deepest first, repeated for
+	# mounts stacked on one point.
+	for ((i = 0; i < 5; i++)); do
+		m=$(awk -v r="$KL_DIR/" 'index($5 "/", r) == 1 { print length($5) "\t" $5 }' /proc/self/mountinfo | sort -rn | cut -f2-)
+		[ -n "$m" ] || break
+		for f in $m; do umount "$f" 2>/dev/null || umount -l "$f" 2>/dev/null || e2e_log "cannot unmount $f"; done
+	done
 	if [ -d "$KL_CONTAINER_LOGS" ]; then
 		for f in "$KL_CONTAINER_LOGS"/*; do
 			[ -L "$f" ] || continue
