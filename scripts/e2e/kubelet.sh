@@ -563,6 +563,13 @@ teardown() {
 	local freed=$(e2e_since "$t")
 	kl_wait_gone 60 $(kl_pods | jq -r --arg sfx "-$KL_NODE" '.items // [] | .[].metadata.name | rtrimstr($sfx)') || fail "kubelet still lists pods"
 	kl_stop
+	# Every sandbox the plugin saw, for e2e_check_clean's look at libcni's
+	# cache and shim sockets.
+	awk '{ print $3 }' "$CALLS" | sort -u >>"$E2E_RUN/pods.list"
+	# kubelet stopped them (DEL done); remove them a few at a time rather
+	# than wait for its GC, then whatever is left one by one.
+	kl_sandboxes all | awk '{ print $1 }' | xargs -r -n 1 -P 6 "$E2E_CRICTL" --config "$E2E_CRICTL_CONFIG" \
+		--runtime-endpoint "$E2E_ENDPOINT" rmp -f >/dev/null 2>&1 || true
 	e2e_stop || fail "removing the stopped sandboxes failed"
 	n=$(alloc_json | jq '.allocations | length')
 	[ "$n" = 0 ] || fail "$n allocations left"
