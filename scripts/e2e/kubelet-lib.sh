@@ -36,6 +36,7 @@
 #   kl_wait_gone SECS NAME...    until kubelet no longer lists them
 #   kl_sandboxes [STATE]     crictl pods -o json of this run's namespace (ready|notready|all)
 #   kl_cleanup               kubelet, its files outside $KL_DIR, its cgroups (EXIT trap)
+#   kl_version               "Kubernetes vX.Y.Z"
 #
 # Settings: KL_BIN [$E2E_TOOLS/kubelet-v1.34.2/kubelet], KL_NAMESPACE [eni-kubelet],
 # KL_NODE [derived from the run dir], KL_START_TIMEOUT [60], KL_VERBOSITY [2].
@@ -125,6 +126,17 @@ evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.availabl
 shutdownGracePeriod: 0s
 registerNode: false
 EOF
+}
+
+# kl_version: "Kubernetes vX.Y.Z". A build without version ldflags says
+# v0.0.0-master: then the recipe stamp of install-test-deps.sh tells.
+kl_version() {
+	local v
+	v=$("$KL_BIN" --version 2>/dev/null) || v=
+	case $v in
+	*v0.0.0*) awk '{ print "Kubernetes " $2 }' "${KL_BIN%/*}/kubelet.stamp" 2>/dev/null || echo "$v" ;;
+	*) echo "$v" ;;
+	esac
 }
 
 # kl_other_kubelet: succeed (and say who) if some kubelet other than ours

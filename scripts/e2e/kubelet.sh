@@ -585,7 +585,7 @@ teardown() {
 
 phase_static() {
 	setup_run "$(static_conflist)"
-	say "run dir $E2E_RUN, node $KL_NODE; containerd $E2E_CONTAINERD, kubelet $("$KL_BIN" --version 2>/dev/null)"
+	say "run dir $E2E_RUN, node $KL_NODE; containerd $E2E_CONTAINERD, $(kl_version)"
 	e2e_start_containerd
 	kl_start
 	say "containerd up in ${E2E_TIME_UP}s, kubelet healthy in ${KL_TIME_UP}s"
@@ -859,7 +859,7 @@ main_bench() {
 		done
 	done
 	cver=$("$E2E_CONTAINERD_BIN" --version | awk '{ print $3 }')
-	jq -s --arg k "$("$KL_BIN" --version)" --arg c "$cver" --argjson n "$BENCH_PODS" \
+	jq -s --arg k "$(kl_version)" --arg c "$cver" --argjson n "$BENCH_PODS" \
 		'{kubelet: $k, containerd: $c, pods: $n, rounds: .}' "$E2E_RUN/bench-rounds.jsonl" >"$BENCH_OUT"
 	rm -f "$KL_MANIFESTS"/*.json
 	kl_stop
