@@ -369,6 +369,9 @@ func (b *bench) buildTables() {
 			res.Steps = append(res.Steps, stepRow{op, st, p, p / tot})
 		}
 	}
+	if !c.runs("profile") { // nothing was measured in process
+		res.FillSteps, res.Steps, res.Overhead = nil, nil, nil
+	}
 }
 
 // dropUnmeasured removes, in a run of some phases only (-phases), the rows
@@ -459,13 +462,15 @@ func (b *bench) writeText(out *bytes.Buffer) {
 	for _, x := range r.EC2 {
 		fmt.Fprintf(out, "  EC2 calls, %s: %s\n", x.Scenario, x.breakdown())
 	}
-	fmt.Fprintf(out, "\nTargets\n")
-	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "  target\tmeasured\tlimit\tverdict\n")
-	for _, t := range r.Targets {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", t.Target, t.Measured, t.Limit, t.Verdict)
+	if len(r.Targets) > 0 {
+		fmt.Fprintf(out, "\nTargets\n")
+		tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintf(tw, "  target\tmeasured\tlimit\tverdict\n")
+		for _, t := range r.Targets {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", t.Target, t.Measured, t.Limit, t.Verdict)
+		}
+		tw.Flush()
 	}
-	tw.Flush()
 	if len(r.Steps) > 0 {
 		fmt.Fprintf(out, "\nIn-process ADD/DEL code path, p50 per step (profile loop, %d ADDs)\n", b.cfg.profileAdds)
 		tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
