@@ -377,7 +377,7 @@ case_manifest_removal() {
 	[ -n "$(calls DEL "$cid")" ] || fail "no DEL reached eni-cni for $cid"
 	[ -z "$(failed_calls DEL "$cid")" ] || fail "DEL failed: $(failed_calls DEL "$cid")"
 	node_exec ip link show "$veth" >/dev/null 2>&1 && fail "host veth $veth of web-1 left"
-	node_exec ip -4 rule show pref 512 | grep -q " to $ip " && fail "rule for $ip left"
+	grep -q " to $ip " <<<"$(node_exec ip -4 rule show pref 512)" && fail "rule for $ip left"
 	REMOVED+=("$cid")
 	check_consistent
 	pass "freed $ip ${freed_after}s after the manifest went; veth, rule and route gone; pool $(pool_counts)"

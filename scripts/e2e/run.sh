@@ -99,7 +99,7 @@ suite_containerd16() {
 	e2e_rmp "${ids[0]}"
 	[ -z "$(ip_of "${ids[0]}")" ] || fail "stopp/rmp did not free ${ips[0]}"
 	counts | jq -e '.cooling == 1 and .allocated == 2' >/dev/null || fail "counts after rmp: $(counts)"
-	ip -4 rule | grep -q "to ${ips[0]} " && fail "rule for ${ips[0]} left after rmp"
+	grep -q "to ${ips[0]} " <<<"$(ip -4 rule)" && fail "rule for ${ips[0]} left after rmp"
 	say "stopp+rmp freed ${ips[0]} into cooldown"
 
 	# A sandbox whose DEL never reaches the plugin.
@@ -127,7 +127,7 @@ suite_containerd16() {
 	[ -z "$(ip_of "${ids[1]}")" ] || fail "gc did not free ${ips[1]} past the grace"
 	grep -q "freed ${ips[1]} " "$E2E_RUN/logs/gc-old.out" || fail "gc output: $(cat "$E2E_RUN/logs/gc-old.out")"
 	[ "$(ip_of "${ids[2]}")" = "${ips[2]}" ] || fail "gc freed the live pod ${ips[2]}"
-	ip -4 rule | grep -q "to ${ips[1]} " && fail "gc left the rule of ${ips[1]}"
+	grep -q "to ${ips[1]} " <<<"$(ip -4 rule)" && fail "gc left the rule of ${ips[1]}"
 	say "gc past the grace: $(grep -c freed "$E2E_RUN/logs/gc-old.out") line(s), $(tail -1 "$E2E_RUN/logs/gc-old.out")"
 
 	# Pods born while gc runs in a loop keep their addresses.
@@ -155,7 +155,7 @@ suite_containerd16() {
 	e2e_check_clean || fail "leftovers after the run"
 	left=$(ip -o link show | grep -c ' eni[0-9a-f]\{12\}' || true)
 	[ "$left" = 0 ] || fail "$left host veths left"
-	ip -4 rule | grep -q "to 10\.99\.0\." && fail "rules left: $(ip -4 rule | grep 'to 10\.99\.0\.')"
+	grep -q "to 10\.99\.0\." <<<"$(ip -4 rule)" && fail "rules left: $(ip -4 rule | grep 'to 10\.99\.0\.')"
 	e2e_cleanup
 	trap e2e_restore_sysctls EXIT
 	say "suite 1 PASS (stop and check ${t:+$(e2e_since "$t")s})"
