@@ -133,12 +133,9 @@ func (b *bench) prepare(ctx context.Context) error {
 	b.res.LoadStart = loadAvg()
 	b.sweepOldRuns()
 	if c.install {
-		args := []string{filepath.Join(c.repo, "scripts/install-test-deps.sh"), "--tools", c.tools}
-		if c.runs("kubelet") {
-			args = append(args, "--with-kubelet") // built once (6-20 min), then cached
-		}
-		b.logf("installing reference plugins: scripts/install-test-deps.sh %s", strings.Join(args[1:], " "))
-		cmd := exec.CommandContext(ctx, "bash", args...)
+		// kubelet for the kubelet burst: built once (6-20 min), then cached.
+		b.logf("installing reference plugins and kubelet: scripts/install-test-deps.sh --tools %s --with-kubelet", c.tools)
+		cmd := exec.CommandContext(ctx, "bash", filepath.Join(c.repo, "scripts/install-test-deps.sh"), "--tools", c.tools, "--with-kubelet")
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
 			return fmt.Errorf("scripts/install-test-deps.sh: %w", err)
@@ -160,14 +157,6 @@ func (b *bench) prepare(ctx context.Context) error {
 		return fmt.Errorf("open own netns: %w", err)
 	}
 	b.rootLinks = linkNames(nil)
-	b.eni = &plugin{key: "eni", label: "eni-cni", bin: c.eniBin, cniPath: filepath.Dir(c.eniBin),
-		subnet: "10.99.0.0/24", stateDir: filepath.Join(b.work, "eni-state")}
-	b.ref = &plugin{key: "ref", label: "ptp+host-local", bin: filepath.Join(c.tools, "bin/ptp"), cniPath: filepath.Join(c.tools, "bin"),
-		subnet: "10.98.0.0/24", stateDir: filepath.Join(b.work, "host-local")}
-	b.collectVersions()
-	if !c.needsNamespaces() {
-		return nil // the ec2 and kubelet phases bring their own
-	}
 
 	// Namespaces: nodes, then pods. Creation is not timed.
 	eniNode, err := b.newNode("node-eni")
@@ -180,9 +169,13 @@ func (b *bench) prepare(ctx context.Context) error {
 			return err
 		}
 	}
-	b.eni.node, b.ref.node = eniNode, refNode
 	nEni := max(c.n, c.burst, c.gcAllocs)
 	nRef := max(c.n, c.burst)
+	b.eni = &plugin{key: "eni", label: "eni-cni", bin: c.eniBin, cniPath: filepath.Dir(c.eniBin), node: eniNode,
+		subnet: "10.99.0.0/24", stateDir: filepath.Join(b.work, "eni-state")}
+	b.ref = &plugin{key: "ref", label: "ptp+host-local", bin: filepath.Join(c.tools, "bin/ptp"), cniPath: filepath.Join(c.tools, "bin"),
+		node: refNode, subnet: "10.98.0.0/24", stateDir: filepath.Join(b.work, "host-local")}
+	b.collectVersions()
 	b.logf("%s; creating %d pod namespaces", b.res.ENIVersion, nEni+nRef+2*c.gone)
 	if b.eni.pods, err = b.newPods("e", nEni); err != nil {
 		return err

@@ -9,21 +9,22 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"text/tabwriter"
 	"time"
 )
 
-// kubeletBench is what scripts/e2e/kubelet.sh --bench writes: per round and
+// kubeBench is what scripts/e2e/kubelet.sh --bench writes: per round and
 // plugin, seconds from writing the manifests to each pod's sandbox READY
 // (CRI) and Ready (kubelet's /pods), and from removing them to each sandbox
 // stopped (CNI DEL done).
-type kubeletBench struct {
+type kubeBench struct {
 	Kubelet    string         `json:"kubelet"`
 	Containerd string         `json:"containerd"`
 	Pods       int            `json:"pods"`
-	Rounds     []kubeletRound `json:"rounds"`
+	Rounds     []kubeRound `json:"rounds"`
 }
 
-type kubeletRound struct {
+type kubeRound struct {
 	Plugin           string     `json:"plugin"` // "eni" or "ref"
 	Round            int        `json:"round"`
 	SandboxReady     []*float64 `json:"sandboxReady"`
@@ -58,12 +59,44 @@ func (b *bench) phaseKubelet(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var kb kubeletBench
+	var kb kubeBench
 	if err := json.Unmarshal(data, &kb); err != nil {
 		return fmt.Errorf("%s: %w", out, err)
 	}
 	b.res.Kubelet = &kb
 	return nil
+}
+
+// runKubeletOnly is -only kubelet: the kubelet burst alone, its rows on
+// stdout and in <out>/kubelet-burst.json; BENCHMARKS.md is left alone (it
+// holds a full run).
+func (b *bench) runKubeletOnly(ctx context.Context) error {
+	b.start = time.Now()
+	c := &b.cfg
+	c.eniBin, c.tools, c.repo, c.out = absPath(c.eniBin), absPath(c.tools), absPath(c.repo), absPath(c.out)
+	b.out = c.out
+	if err := os.MkdirAll(b.out, 0o755); err != nil {
+		return err
+	}
+	if c.install {
+		cmd := exec.CommandContext(ctx, "bash", filepath.Join(c.repo, "scripts/install-test-deps.sh"), "--tools", c.tools, "--with-kubelet")
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("scripts/install-test-deps.sh --with-kubelet: %w", err)
+		}
+	}
+	if err := b.phaseKubelet(ctx); err != nil {
+		return err
+	}
+	b.kubeletRows()
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	for i, x := range b.res.Rows {
+		if i == 0 {
+			fmt.Fprintf(tw, "\n%s\t\t\t\n  figure\teni-cni\tptp+host-local\teni-cni/ref\n", x.Section)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", x.Figure, x.ENI, x.Ref, x.Ratio)
+	}
+	return tw.Flush()
 }
 
 // kubeletRows adds the kubelet burst section to the table.
@@ -72,7 +105,7 @@ func (b *bench) kubeletRows() {
 	if kb == nil {
 		return
 	}
-	per := func(p string, f func(kubeletRound) []float64) dist {
+	per := func(p string, f func(kubeRound) []float64) dist {
 		var xs []float64
 		for _, r := range kb.Rounds {
 			if r.Plugin == p {
@@ -81,24 +114,24 @@ func (b *bench) kubeletRows() {
 		}
 		return summarize(xs)
 	}
-	last := func(p string, f func(kubeletRound) float64) dist {
-		return per(p, func(r kubeletRound) []float64 { return []float64{f(r)} })
+	last := func(p string, f func(kubeRound) float64) dist {
+		return per(p, func(r kubeRound) []float64 { return []float64{f(r)} })
 	}
 	rounds := len(kb.Rounds) / 2
 	sec := fmt.Sprintf("kubelet burst (%d static pod manifests at once, a real %s + containerd %s, %d rounds each, same kubelet)",
 		kb.Pods, kb.Kubelet, kb.Containerd, rounds)
 	res := &b.res
-	add := func(figure string, f func(kubeletRound) float64) {
+	add := func(figure string, f func(kubeRound) float64) {
 		e, r := last("eni", f), last("ref", f)
 		res.Rows = append(res.Rows, row{sec, figure, joinF(f2, e.P50, e.Max), joinF(f2, r.P50, r.Max),
 			joinF(r2, ratio(e.P50, r.P50), ratio(e.Max, r.Max))})
 	}
-	add("last pod Ready as kubelet reports it (/pods): median / worst round (s)", func(r kubeletRound) float64 { return r.LastKubeletReady })
-	add("last sandbox READY as the runtime lists it (CRI): median / worst round (s)", func(r kubeletRound) float64 { return r.LastSandboxReady })
-	ke, kr := per("eni", func(r kubeletRound) []float64 { return r.KubeletReady }), per("ref", func(r kubeletRound) []float64 { return r.KubeletReady })
+	add("last pod Ready as kubelet reports it (/pods): median / worst round (s)", func(r kubeRound) float64 { return r.LastKubeletReady })
+	add("last sandbox READY as the runtime lists it (CRI): median / worst round (s)", func(r kubeRound) float64 { return r.LastSandboxReady })
+	ke, kr := per("eni", func(r kubeRound) []float64 { return r.KubeletReady }), per("ref", func(r kubeRound) []float64 { return r.KubeletReady })
 	res.Rows = append(res.Rows, row{sec, "each pod Ready after the manifests: p50 / p90 (s)",
 		joinF(f2, ke.P50, ke.P90), joinF(f2, kr.P50, kr.P90), joinF(r2, ratio(ke.P50, kr.P50), ratio(ke.P90, kr.P90))})
-	add("manifests removed: last sandbox stopped (CNI DEL done): median / worst round (s)", func(r kubeletRound) float64 { return r.LastStopped })
+	add("manifests removed: last sandbox stopped (CNI DEL done): median / worst round (s)", func(r kubeRound) float64 { return r.LastStopped })
 }
 
 // kubeletMethod is the method note of the kubelet burst, for BENCHMARKS.md.

@@ -14,10 +14,9 @@
 // profile of exec'ed ADDs, `eni-cni gc`/GC verb/`list` against an in-process
 // CRI fake, EC2 call counts from the in-process EC2 fake, an in-process
 // pprof CPU profile of the ADD code path, and bursts of static pods through
-// a real kubelet and containerd (scripts/e2e/kubelet.sh --bench). -phases
-// runs some of them alone. Results: a table on stdout, and samples.csv,
-// results.json, table.txt, the profiles and BENCHMARKS.md (a full run only,
-// unless -md is given).
+// a real kubelet and containerd (scripts/e2e/kubelet.sh --bench; alone with
+// -only kubelet). Results: a table on stdout, and samples.csv,
+// results.json, table.txt, the profiles and BENCHMARKS.md.
 //
 // Run as root from the repository root: go run ./scripts/bench -h
 package main
@@ -31,7 +30,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -64,7 +62,6 @@ type config struct {
 	mtu         int
 	quick       bool
 	only        string
-	phases      map[string]bool // selected phase keys; nil: all
 	kubeRounds  int
 	kubePods    int
 }
@@ -100,20 +97,16 @@ func parseFlags(args []string) (config, error) {
 	fs.Float64Var(&c.cooldown, "cooldown", 1, "eni-cni cooldownSeconds (the default 30 would exhaust the /24 between phases)")
 	fs.IntVar(&c.mtu, "mtu", 9001, "MTU of both plugins")
 	fs.BoolVar(&c.quick, "quick", false, "small counts for a quick check (explicit flags still win)")
-	fs.StringVar(&c.only, "only", "", "run one part only and print it, writing no report: \"ec2\" (the EC2 call counts; no root needed)")
-	phases := fs.String("phases", "all", "comma-separated phases to run: all, or some of "+strings.Join(phaseKeys(), ", ")+
-		" (without all of them, BENCHMARKS.md is left alone unless -md is given)")
+	fs.StringVar(&c.only, "only", "", "run one part only and print it, writing no report: \"ec2\" (the EC2 call counts; no root needed), "+
+		"\"kubelet\" (the kubelet burst)")
 	fs.IntVar(&c.kubeRounds, "kubelet-rounds", 3, "kubelet burst: rounds per plugin")
 	fs.IntVar(&c.kubePods, "kubelet-pods", 20, "kubelet burst: static pod manifests written at once")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if err := c.selectPhases(*phases, set["md"]); err != nil {
-		return c, err
-	}
 	if c.quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		quick := map[string]*int{"n": &c.n, "burst": &c.burst, "burst-rounds": &c.burstRounds, "gone": &c.gone,
 			"exec-n": &c.execN, "gc-reps": &c.gcReps, "gc-rounds": &c.gcRounds, "profile-adds": &c.profileAdds, "perf-n": &c.perfN,
 			"kubelet-rounds": &c.kubeRounds}
@@ -134,8 +127,8 @@ func parseFlags(args []string) (config, error) {
 		return c, errors.New("-gc-allocs must be 1..250, -gc-dead <= -gc-allocs, -gc-sandboxes >= live allocations")
 	case c.gone < 1 || c.execN < 1 || c.gcReps < 1 || c.gcRounds < 1:
 		return c, errors.New("-gone, -exec-n, -gc-reps and -gc-rounds must be >= 1")
-	case c.only != "" && c.only != "ec2":
-		return c, errors.New(`-only must be "ec2"`)
+	case c.only != "" && c.only != "ec2" && c.only != "kubelet":
+		return c, errors.New(`-only must be "ec2" or "kubelet"`)
 	case c.kubeRounds < 1 || c.kubePods < 1 || c.kubePods > 100:
 		return c, errors.New("-kubelet-rounds must be >= 1 and -kubelet-pods 1..100")
 	}
@@ -175,7 +168,11 @@ func run() int {
 	}
 	b := newBench(cfg)
 	defer b.cleanup() // also runs while a panic of this goroutine unwinds
-	if err := b.run(ctx); err != nil {
+	runFn := b.run
+	if cfg.only == "kubelet" {
+		runFn = b.runKubeletOnly
+	}
+	if err := runFn(ctx); err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("interrupted: %w", err)
 		}
@@ -191,83 +188,34 @@ func (b *bench) run(ctx context.Context) error {
 	if err := b.prepare(ctx); err != nil {
 		return err
 	}
-	fns := map[string]func(context.Context) error{
-		"exec": b.phaseExecFloor, "seq": b.phaseSequential, "rss": b.phaseRSS, "burst": b.phaseBurst,
-		"gone": b.phaseGone, "perf": b.phasePerf, "gc": b.phaseGC, "ec2": b.phaseEC2, "profile": b.phaseProfile,
-		"kubelet": b.phaseKubelet,
+	phases := []struct {
+		name string
+		fn   func(context.Context) error
+	}{
+		{"exec floor (VERSION)", b.phaseExecFloor},
+		{"sequential ADD, CHECK, DEL", b.phaseSequential},
+		{"peak RSS (GNU time)", b.phaseRSS},
+		{"bursts", b.phaseBurst},
+		{"DEL with the netns gone", b.phaseGone},
+		{"perf record of exec'ed ADDs", b.phasePerf},
+		{"gc and list", b.phaseGC},
+		{"EC2 call counts", b.phaseEC2},
+		{"pprof of the ADD code path", b.phaseProfile},
+		{"kubelet burst (real kubelet + containerd)", b.phaseKubelet},
 	}
-	for _, p := range phaseList {
+	for _, p := range phases {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if !b.cfg.runs(p.key) {
-			continue
-		}
 		b.logf("phase: %s", p.name)
 		t0 := time.Now()
-		if err := fns[p.key](ctx); err != nil {
+		if err := p.fn(ctx); err != nil {
 			return fmt.Errorf("%s: %w", p.name, err)
 		}
 		b.res.PhaseSeconds = append(b.res.PhaseSeconds, phaseTime{p.name, time.Since(t0).Seconds()})
 	}
 	b.res.LoadEnd = loadAvg()
 	return b.report()
-}
-
-// phaseList is every phase in the order of a full run; -phases picks keys.
-var phaseList = []struct{ key, name string }{
-	{"exec", "exec floor (VERSION)"},
-	{"seq", "sequential ADD, CHECK, DEL"},
-	{"rss", "peak RSS (GNU time)"},
-	{"burst", "bursts"},
-	{"gone", "DEL with the netns gone"},
-	{"perf", "perf record of exec'ed ADDs"},
-	{"gc", "gc and list"},
-	{"ec2", "EC2 call counts"},
-	{"profile", "pprof of the ADD code path"},
-	{"kubelet", "kubelet burst (real kubelet + containerd)"},
-}
-
-func phaseKeys() []string {
-	keys := make([]string, len(phaseList))
-	for i, p := range phaseList {
-		keys[i] = p.key
-	}
-	return keys
-}
-
-// selectPhases parses -phases. A partial run leaves BENCHMARKS.md alone
-// unless -md was given: it would lose the other phases' figures.
-func (c *config) selectPhases(list string, mdSet bool) error {
-	if list == "" || list == "all" {
-		return nil
-	}
-	c.phases = map[string]bool{}
-	for _, k := range strings.Split(list, ",") {
-		k = strings.TrimSpace(k)
-		if !slices.Contains(phaseKeys(), k) {
-			return fmt.Errorf("-phases: unknown phase %q (phases: %s)", k, strings.Join(phaseKeys(), ", "))
-		}
-		c.phases[k] = true
-	}
-	if !mdSet {
-		c.md = ""
-	}
-	return nil
-}
-
-// runs reports whether phase key is selected.
-func (c config) runs(key string) bool { return c.phases == nil || c.phases[key] }
-
-// needsNamespaces reports whether a selected phase uses the node and pod
-// namespaces prepare makes (the ec2 and kubelet phases do not).
-func (c config) needsNamespaces() bool {
-	for _, k := range phaseKeys() {
-		if k != "ec2" && k != "kubelet" && c.runs(k) {
-			return true
-		}
-	}
-	return false
 }
 
 // logf prints a progress line with the time since start.

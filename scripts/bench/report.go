@@ -23,34 +23,34 @@ import (
 
 // results is everything the report shows, also written as results.json.
 type results struct {
-	Date         string        `json:"date"`
-	Machine      []string      `json:"machine"`
-	Versions     []string      `json:"versions"`
-	Flags        string        `json:"flags"`
-	ENIVersion   string        `json:"eniVersion"`
-	LoadStart    string        `json:"loadStart"`
-	LoadEnd      string        `json:"loadEnd"`
-	PhaseSeconds []phaseTime   `json:"phaseSeconds"`
-	Rows         []row         `json:"rows"`
-	Targets      []target      `json:"targets"`
-	Steps        []stepRow     `json:"inProcessSteps"`
-	EC2          []ec2Calls    `json:"ec2"`
-	Kubelet      *kubeletBench `json:"kubelet,omitempty"`
-	CRICalls     string        `json:"criCalls"`
-	JSONCost     string        `json:"jsonCost"`
-	Floors       []floorRow    `json:"floors"`
-	Overhead     []string      `json:"overhead"`
-	FillSteps    []fillRow     `json:"inProcessFill"`
-	PprofTop     string        `json:"-"`
-	PprofCum     string        `json:"-"`
-	PerfNote     string        `json:"perfNote"`
-	RSSNote      string        `json:"rssNote"`
-	PerfBuild    string        `json:"perfBuild"`
-	PerfSelf     string        `json:"-"`
-	PerfChildren string        `json:"-"`
-	PerfSplit    []string      `json:"perfSplit"`
-	PerfComm     string        `json:"-"`
-	Params       config        `json:"-"`
+	Date         string      `json:"date"`
+	Machine      []string    `json:"machine"`
+	Versions     []string    `json:"versions"`
+	Flags        string      `json:"flags"`
+	ENIVersion   string      `json:"eniVersion"`
+	LoadStart    string      `json:"loadStart"`
+	LoadEnd      string      `json:"loadEnd"`
+	PhaseSeconds []phaseTime `json:"phaseSeconds"`
+	Rows         []row       `json:"rows"`
+	Targets      []target    `json:"targets"`
+	Steps        []stepRow   `json:"inProcessSteps"`
+	EC2          []ec2Calls  `json:"ec2"`
+	Kubelet      *kubeBench  `json:"kubelet,omitempty"`
+	CRICalls     string      `json:"criCalls"`
+	JSONCost     string      `json:"jsonCost"`
+	Floors       []floorRow  `json:"floors"`
+	Overhead     []string    `json:"overhead"`
+	FillSteps    []fillRow   `json:"inProcessFill"`
+	PprofTop     string      `json:"-"`
+	PprofCum     string      `json:"-"`
+	PerfNote     string      `json:"perfNote"`
+	RSSNote      string      `json:"rssNote"`
+	PerfBuild    string      `json:"perfBuild"`
+	PerfSelf     string      `json:"-"`
+	PerfChildren string      `json:"-"`
+	PerfSplit    []string    `json:"perfSplit"`
+	PerfComm     string      `json:"-"`
+	Params       config      `json:"-"`
 	stepOrder    map[string][]string
 	fillTenth    int
 	fillRound    int
@@ -329,10 +329,6 @@ func (b *bench) buildTables() {
 		}
 	}
 
-	if b.cfg.phases != nil {
-		b.dropUnmeasured()
-	}
-
 	// In-process steps as the store fills up (each profile round attaches
 	// up to 200 pods to an empty node).
 	roundSize := min(len(b.eni.pods), 200, max(c.profileAdds, 1))
@@ -369,29 +365,6 @@ func (b *bench) buildTables() {
 			res.Steps = append(res.Steps, stepRow{op, st, p, p / tot})
 		}
 	}
-	if !c.runs("profile") { // nothing was measured in process
-		res.FillSteps, res.Steps, res.Overhead = nil, nil, nil
-	}
-}
-
-// dropUnmeasured removes, in a run of some phases only (-phases), the rows
-// and targets of the phases that did not run: nothing measured in them.
-func (b *bench) dropUnmeasured() {
-	measured := func(s string) bool { return strings.ContainsAny(s, "0123456789") }
-	var rows []row
-	for _, x := range b.res.Rows {
-		if measured(x.ENI) || measured(x.Ref) {
-			rows = append(rows, x)
-		}
-	}
-	b.res.Rows = rows
-	var ts []target
-	for _, t := range b.res.Targets {
-		if !math.IsNaN(t.Value) {
-			ts = append(ts, t)
-		}
-	}
-	b.res.Targets = ts
 }
 
 // ---------------------------------------------------------------- output
@@ -462,15 +435,13 @@ func (b *bench) writeText(out *bytes.Buffer) {
 	for _, x := range r.EC2 {
 		fmt.Fprintf(out, "  EC2 calls, %s: %s\n", x.Scenario, x.breakdown())
 	}
-	if len(r.Targets) > 0 {
-		fmt.Fprintf(out, "\nTargets\n")
-		tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-		fmt.Fprintf(tw, "  target\tmeasured\tlimit\tverdict\n")
-		for _, t := range r.Targets {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", t.Target, t.Measured, t.Limit, t.Verdict)
-		}
-		tw.Flush()
+	fmt.Fprintf(out, "\nTargets\n")
+	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "  target\tmeasured\tlimit\tverdict\n")
+	for _, t := range r.Targets {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", t.Target, t.Measured, t.Limit, t.Verdict)
 	}
+	tw.Flush()
 	if len(r.Steps) > 0 {
 		fmt.Fprintf(out, "\nIn-process ADD/DEL code path, p50 per step (profile loop, %d ADDs)\n", b.cfg.profileAdds)
 		tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -757,17 +728,5 @@ func (c config) String() string {
 	if c.sharedNode {
 		s += " -shared-node"
 	}
-	if c.runs("kubelet") {
-		s += fmt.Sprintf(" -kubelet-rounds %d -kubelet-pods %d", c.kubeRounds, c.kubePods)
-	}
-	if c.phases != nil {
-		var keys []string
-		for _, k := range phaseKeys() {
-			if c.phases[k] {
-				keys = append(keys, k)
-			}
-		}
-		s += " -phases " + strings.Join(keys, ",")
-	}
-	return s
+	return s + fmt.Sprintf(" -kubelet-rounds %d -kubelet-pods %d", c.kubeRounds, c.kubePods)
 }
