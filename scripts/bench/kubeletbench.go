@@ -18,9 +18,9 @@ import (
 // (CRI) and Ready (kubelet's /pods), and from removing them to each sandbox
 // stopped (CNI DEL done).
 type kubeBench struct {
-	Kubelet    string         `json:"kubelet"`
-	Containerd string         `json:"containerd"`
-	Pods       int            `json:"pods"`
+	Kubelet    string      `json:"kubelet"`
+	Containerd string      `json:"containerd"`
+	Pods       int         `json:"pods"`
 	Rounds     []kubeRound `json:"rounds"`
 }
 
