@@ -58,7 +58,7 @@ test: deps lint build
 	$(MAKE) --no-print-directory test-kubelet
 
 # eni-cni vs ptp+host-local in throwaway namespaces; table on stdout and in BENCHMARKS.md, details in _out/bench/. Root. BENCH_FLAGS=-quick for a short run.
-# BENCH_FLAGS='-phases kubelet' runs only the kubelet burst (a real kubelet + containerd; builds kubelet once).
+# BENCH_FLAGS='-only kubelet' runs only the kubelet burst (a real kubelet + containerd; builds kubelet once).
 bench: build
 	$(GO) run ./scripts/bench -eni-cni $(BIN) -tools $(ENI_CNI_TOOLS) -go $(GO) $(BENCH_FLAGS)
 
