@@ -78,6 +78,10 @@ func (b *bench) runKubeletOnly(ctx context.Context) error {
 	if err := os.MkdirAll(b.out, 0o755); err != nil {
 		return err
 	}
+	var err error
+	if b.work, err = os.MkdirTemp(c.workRoot, fmt.Sprintf("eni-cni-bench-%d-", os.Getpid())); err != nil {
+		return err
+	}
 	if c.install {
 		cmd := exec.CommandContext(ctx, "bash", filepath.Join(c.repo, "scripts/install-test-deps.sh"), "--tools", c.tools, "--with-kubelet")
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
