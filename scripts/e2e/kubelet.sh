@@ -738,6 +738,10 @@ case_ec2_burst() {
 	p50=$(awk '{ print $2 }' <<<"$out" | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
 	ips=$(awk '{ print $3 }' <<<"$out" | sort -u | wc -l)
 	[ "$ips" = "$BURST" ] || fail "$BURST pods got $ips distinct addresses"
+	# Warmed first, or (dry) each ADD waiting for its warm pass: no sandbox
+	# creation failed and was retried by kubelet.
+	i=$(awk '$2 == "ADD" && $4 ~ /^ec2-/ && $NF != "exit=0"' "$CALLS" | wc -l)
+	[ "$i" = 0 ] || fail "$i ADDs failed ($EC2_POOL pool): $(awk '$2 == "ADD" && $NF != "exit=0"' "$CALLS" | head -3)"
 	secondary=$(jq -r '.enis[] | .secondaryIps[]' "$EC2_WORK/ec2.json")
 	rules=$(node_exec ip -4 rule show)
 	while read -r _ _ ip; do
@@ -754,7 +758,7 @@ store: $(alloc_json | jq -c --arg ip "$ip" '.allocations[] | select(.ip == $ip)'
 	done <<<"$out"
 	check_consistent
 	TIMINGS+=("ec2 burst of $BURST ($EC2_POOL pool): last Ready ${last}s, median ${p50}s after the manifests")
-	pass "$BURST Ready on the ec2 pool ($EC2_POOL), distinct EC2-assigned addresses ($onsec on a second ENI, with its rule), pinged from the node; last Ready ${last}s (median ${p50}s)"
+	pass "$BURST Ready on the ec2 pool ($EC2_POOL), no ADD failed, distinct EC2-assigned addresses ($onsec on a second ENI, with its rule), pinged from the node; last Ready ${last}s (median ${p50}s)"
 }
 
 phase_ec2() {
