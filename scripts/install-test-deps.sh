@@ -14,6 +14,8 @@
 #                       cached: same as ENI_CNI_KUBELET=1)
 #   --tools DIR         tools root (same as ENI_CNI_TOOLS; default /opt/eni-cni-test)
 #   --no-apt            do not check or install Debian packages (ENI_CNI_SKIP_APT=1)
+#   --check-runtime     only say whether a containerd or runc other than Debian's
+#                       is here (exit 1, with what and why, if so); installs nothing
 #   -v, --verbose       show build output as it happens
 # Env: ENI_CNI_TOOLS, ENI_CNI_CONTAINERD2=1, ENI_CNI_KUBELET=1, ENI_CNI_SKIP_APT=1 (as above);
 #   ENI_CNI_FORCE_WRAPPER=1 builds Go tools through a throwaway wrapper module
@@ -58,6 +60,7 @@ WITH_CONTAINERD2=${ENI_CNI_CONTAINERD2:-0}
 WITH_KUBELET=${ENI_CNI_KUBELET:-0}
 SKIP_APT=${ENI_CNI_SKIP_APT:-0}
 VERBOSE=0
+CHECK_ONLY=0
 
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
 
@@ -68,12 +71,49 @@ while [ $# -gt 0 ]; do
 	--tools) TOOLS=$2; shift ;;
 	--tools=*) TOOLS=${1#--tools=} ;;
 	--no-apt) SKIP_APT=1 ;;
+	--check-runtime) CHECK_ONLY=1 ;;
 	-v | --verbose) VERBOSE=1 ;;
 	-h | --help) usage; exit 0 ;;
 	*) echo "install-test-deps: unknown argument: $1" >&2; usage >&2; exit 2 ;;
 	esac
 	shift
 done
+
+deb_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
+
+# check_runtime: refuse, with the reason, to install Debian's containerd or
+# runc on a machine that runs another build of them: Docker's containerd.io
+# (it conflicts with them: apt would remove it, and Docker with it), or a
+# binary in PATH that no Debian package of that name owns (a hand install,
+# which the tests would pick up instead of Debian's).
+check_runtime() {
+	local p path owner bad=()
+	for p in "${RUNTIME_PACKAGES[@]}"; do
+		path=$(command -v "$p" 2>/dev/null) || continue
+		owner=$(dpkg-query -S "$path" 2>/dev/null | head -n 1 | cut -d: -f1) || owner=
+		if [ -z "$owner" ]; then
+			owner=$(dpkg-query -S "$(readlink -f "$path")" 2>/dev/null | head -n 1 | cut -d: -f1) || owner=
+		fi
+		[ "$owner" = "$p" ] || bad+=("$path (${owner:+package $owner}${owner:-installed by hand, no package owns it})")
+	done
+	for p in containerd.io docker-ce moby-containerd moby-runc; do
+		deb_installed "$p" && bad+=("package $p")
+	done
+	[ ${#bad[@]} -eq 0 ] && return 0
+	{
+		echo "install-test-deps: this machine has a container runtime that is not Debian's containerd/runc:"
+		printf '  %s\n' "${bad[@]}"
+		echo "The tests need Debian's containerd (1.6) and runc, and will not install them over another"
+		echo "runtime (apt would replace or shadow it). Run the tests on a machine or VM without it, or,"
+		echo "to use what is installed at your own risk, pass --no-apt (ENI_CNI_SKIP_APT=1)."
+	} >&2
+	return 1
+}
+
+if [ "$CHECK_ONLY" = 1 ]; then
+	check_runtime && echo "install-test-deps: no foreign containerd or runc here"
+	exit
+fi
 
 case $TOOLS in /*) ;; *) TOOLS=$PWD/$TOOLS ;; esac
 BIN=$TOOLS/bin
@@ -149,37 +189,6 @@ go_build_static() {
 }
 
 # ---------------------------------------------------------------- apt
-deb_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
-
-# check_runtime: refuse, with the reason, to install Debian's containerd or
-# runc on a machine that runs another build of them: Docker's containerd.io
-# (it conflicts with them: apt would remove it, and Docker with it), or a
-# binary in PATH that no Debian package of that name owns (a hand install,
-# which the tests would pick up instead of Debian's).
-check_runtime() {
-	local p path owner bad=()
-	for p in "${RUNTIME_PACKAGES[@]}"; do
-		path=$(command -v "$p" 2>/dev/null) || continue
-		owner=$(dpkg-query -S "$path" 2>/dev/null | head -n 1 | cut -d: -f1) || owner=
-		if [ -z "$owner" ]; then
-			owner=$(dpkg-query -S "$(readlink -f "$path")" 2>/dev/null | head -n 1 | cut -d: -f1) || owner=
-		fi
-		[ "$owner" = "$p" ] || bad+=("$path (${owner:+package $owner}${owner:-installed by hand, no package owns it})")
-	done
-	for p in containerd.io docker-ce moby-containerd moby-runc; do
-		deb_installed "$p" && bad+=("package $p")
-	done
-	[ ${#bad[@]} -eq 0 ] && return 0
-	{
-		echo "install-test-deps: this machine has a container runtime that is not Debian's containerd/runc:"
-		printf '  %s\n' "${bad[@]}"
-		echo "The tests need Debian's containerd (1.6) and runc, and will not install them over another"
-		echo "runtime (apt would replace or shadow it). Run the tests on a machine or VM without it, or,"
-		echo "to use what is installed at your own risk, pass --no-apt (ENI_CNI_SKIP_APT=1)."
-	} >&2
-	return 1
-}
-
 # apt_removes PKG...: the packages "apt-get install PKG..." would remove.
 apt_removes() { apt-get -s install --no-install-recommends "$@" 2>/dev/null | awk '$1 == "Remv" { print $2 }'; }
 
