@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -263,5 +264,27 @@ func TestUninstallCommandRefusesWhilePodsHoldAddresses(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "opt/cni/bin/eni-cni")); err == nil {
 		t.Error("the binary is still there")
+	}
+}
+
+// TestUninstallRemovesNoDirectoryNamedByTheEnvironment: the cache of the
+// full build is stateDir/.bin and nothing else (lean.go never takes it from
+// the environment), so an ENI_CNI_CACHE_DIR left in root's environment
+// (an older release's setting, a typo, a hostile profile) must not make
+// uninstall remove that directory tree. The plan is only built, not run.
+func TestUninstallRemovesNoDirectoryNamedByTheEnvironment(t *testing.T) {
+	victim := t.TempDir()
+	t.Setenv("ENI_CNI_CACHE_DIR", victim)
+	c := &uninstallCmd{}
+	c.l = install.DefaultLayout()
+	c.stateDir = t.TempDir()
+	u, err := c.plan(io.Discard)
+	if err != nil {
+		t.Skipf("plan on this host: %v", err)
+	}
+	for _, d := range u.CacheDirs {
+		if d != path.Join(c.stateDir, ".bin") {
+			t.Errorf("uninstall would remove %s, not a cache of eni-cni", d)
+		}
 	}
 }

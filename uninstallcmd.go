@@ -125,9 +125,6 @@ func (c *uninstallCmd) plan(stdout io.Writer) (*install.Uninstall, error) {
 		c.l.StateDir, ic.cfg.StateDir = c.stateDir, c.stateDir
 	}
 	u := &install.Uninstall{Layout: c.l, Live: c.live(), Purge: c.purge, CacheDirs: []string{path.Join(c.l.StateDir, ".bin")}}
-	if dir := os.Getenv("ENI_CNI_CACHE_DIR"); dir != "" && c.l.IsHostRoot() && filepath.IsAbs(dir) {
-		u.CacheDirs = append(u.CacheDirs, dir)
-	}
 	if ic.note != "" {
 		u.Notes = append(u.Notes, install.Note("%s", ic.note))
 	}
