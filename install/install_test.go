@@ -607,3 +607,31 @@ func TestInResolvesLinksInsideTheRoot(t *testing.T) {
 		t.Errorf("In(/loop/x) = %s: follows the loop or leaves the root", got)
 	}
 }
+
+// TestPurgeKeepsADirectoryThatIsNotOurs: --purge removes the state
+// directory the conflist names; a stateDir of /var/lib (a typo, a shared
+// directory) must not take the other programs' directories with it.
+func TestPurgeKeepsADirectoryThatIsNotOurs(t *testing.T) {
+	root := t.TempDir()
+	l := DefaultLayout()
+	l.Root, l.StateDir = root, "/var/lib"
+	dpkg := filepath.Join(root, "var/lib/dpkg/status")
+	if err := os.MkdirAll(filepath.Dir(dpkg), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dpkg, []byte("Package: x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "var/lib/state.json"), []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	u := &Uninstall{Layout: l, Purge: true, CacheDirs: []string{"/var/lib/.bin"}}
+	steps, err := u.Plan()
+	out := run(t, steps, err, false)
+	if _, err := os.Stat(dpkg); err != nil {
+		t.Fatalf("--purge with stateDir /var/lib removed another program's files: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "not only eni-cni's") {
+		t.Errorf("the refusal is not reported:\n%s", out)
+	}
+}
