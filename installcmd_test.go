@@ -288,3 +288,20 @@ func TestUninstallRemovesNoDirectoryNamedByTheEnvironment(t *testing.T) {
 		}
 	}
 }
+
+// TestReadStateFileCreatesNothing: uninstall --dry-run (and an image
+// tree's uninstall) reads the state but must not leave a lock file.
+func TestReadStateFileCreatesNothing(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state.json")
+	if err := os.WriteFile(state, []byte(`{"version":1,"bootID":"b","allocations":[],"cooling":[]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if st, note := readStateFile(state); st == nil || note != "" {
+		t.Fatalf("read: %v %q", st, note)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Errorf("reading the state left %d entries in its directory (%v)", len(entries), entries)
+	}
+}

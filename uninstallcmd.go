@@ -185,12 +185,17 @@ func readStateFile(p string) (*alloc.State, string) {
 	if err != nil {
 		return nil, fmt.Sprintf("state file %s cannot be read: %v", p, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), defaultLockTimeout)
-	defer cancel()
-	if err := store.Lock(ctx); err != nil {
-		return nil, fmt.Sprintf("state file %s: %v", p, err)
+	// Under the lock when there is one; never creating it, so a dry run
+	// (or an uninstall of an image tree) writes nothing. The file is
+	// always replaced by a rename, so an unlocked read is whole too.
+	if _, err := os.Stat(filepath.Join(filepath.Dir(p), alloc.LockFileName)); err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), defaultLockTimeout)
+		defer cancel()
+		if err := store.Lock(ctx); err != nil {
+			return nil, fmt.Sprintf("state file %s: %v", p, err)
+		}
+		defer store.Unlock()
 	}
-	defer store.Unlock()
 	st, err := store.Load()
 	if err != nil {
 		return nil, fmt.Sprintf("state file %s: %v", p, err)
