@@ -305,3 +305,37 @@ func TestReadStateFileCreatesNothing(t *testing.T) {
 		t.Errorf("reading the state left %d entries in its directory (%v)", len(entries), entries)
 	}
 }
+
+// TestUninstallKeepsAForeignConflist: a file under eni-cni's conflist
+// name (or the --conf-name given) that configures another plugin is the
+// operator's network, not ours: uninstall keeps it and says so.
+func TestUninstallKeepsAForeignConflist(t *testing.T) {
+	root := t.TempDir()
+	if out, err := installInto(t, root, "--ranges", "10.1.0.0/24"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	foreign := []byte(`{"cniVersion":"1.0.0","name":"pods","plugins":[{"type":"bridge"}]}`)
+	conf := filepath.Join(root, "etc/cni/net.d/10-eni-cni.conflist")
+	if err := os.WriteFile(conf, foreign, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(root, "etc/cni/net.d/05-calico.conflist")
+	if err := os.WriteFile(other, foreign, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := cmdUninstall([]string{"--root", root}, &out, io.Discard); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if err := cmdUninstall([]string{"--root", root, "--conf-name", "05-calico.conflist"}, &out, io.Discard); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for _, p := range []string{conf, other} {
+		if data, err := os.ReadFile(p); err != nil || !bytes.Equal(data, foreign) {
+			t.Errorf("uninstall removed or changed %s, another plugin's conflist (%v)\n%s", p, err, out.String())
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, "opt/cni/bin/eni-cni")); err == nil {
+		t.Errorf("the plugin itself was kept\n%s", out.String())
+	}
+}

@@ -128,6 +128,11 @@ func (c *uninstallCmd) plan(stdout io.Writer) (*install.Uninstall, error) {
 	if ic.note != "" {
 		u.Notes = append(u.Notes, install.Note("%s", ic.note))
 	}
+	if data, err := os.ReadFile(c.l.In(c.l.ConfPath())); err == nil {
+		if _, err := pluginConfFrom(data); err != nil {
+			u.ForeignConflist = fmt.Sprintf("not an eni-cni network configuration (%v)", err)
+		}
+	}
 	if !u.Live {
 		return u, nil
 	}

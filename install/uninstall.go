@@ -23,6 +23,9 @@ type Uninstall struct {
 	// CacheDirs are node paths of the unpacked full build (always removed:
 	// a cache).
 	CacheDirs []string
+	// ForeignConflist is set (to why) when the file at ConfPath is not an
+	// eni-cni conflist: another plugin's network, which is kept.
+	ForeignConflist string
 	// Network are the caller's steps that undo the kernel side (veths,
 	// rules, ENI route tables, the SNAT chain); they run after the timers
 	// are stopped and the conflist is gone, so nothing puts them back.
@@ -42,7 +45,11 @@ func (u *Uninstall) Plan() ([]Step, error) {
 	}
 	steps := append([]Step{}, u.Notes...)
 	steps = append(steps, u.timerSteps()...)
-	steps = append(steps, removeStep(u.Layout, u.ConfPath(), false, "the network configuration"))
+	if u.ForeignConflist != "" {
+		steps = append(steps, Note("kept %s: %s", u.In(u.ConfPath()), u.ForeignConflist))
+	} else {
+		steps = append(steps, removeStep(u.Layout, u.ConfPath(), false, "the network configuration"))
+	}
 	steps = append(steps, u.Network...)
 	steps = append(steps, removeStep(u.Layout, u.BinPath(), false, "the plugin"))
 	steps = append(steps, u.stateSteps()...)
