@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/netip"
 	"os"
 	"path"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/eni-cni/eni-cni/install"
+	"github.com/eni-cni/eni-cni/netsetup"
 )
 
 // renderArgs parses install flags and renders the conflist they ask for.
@@ -337,5 +339,25 @@ func TestUninstallKeepsAForeignConflist(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "opt/cni/bin/eni-cni")); err == nil {
 		t.Errorf("the plugin itself was kept\n%s", out.String())
+	}
+}
+
+// TestUninstallFlushesNoTableOnAForeignRule: with no state and no ranges
+// (an ec2 node without a state file) the rules at our priorities are not
+// known to be ours; their route tables (the AWS VPC CNI's, numbered alike)
+// must not be flushed because of them. Known addresses' tables are.
+func TestUninstallFlushesNoTableOnAForeignRule(t *testing.T) {
+	rules := []netsetup.PodRule{
+		{IP: netip.MustParseAddr("10.0.0.5"), From: true, Table: 2},
+		{IP: netip.MustParseAddr("10.0.0.6"), From: true, Table: 3},
+	}
+	mine, tables := ourRulesAndTables(rules, nil, nil)
+	if len(mine) != 2 || len(tables) != 0 {
+		t.Errorf("unknown owner: rules %v, tables to flush %v", mine, tables)
+	}
+	known := func(ip netip.Addr) bool { return ip == netip.MustParseAddr("10.0.0.6") }
+	mine, tables = ourRulesAndTables(rules, known, []int{4})
+	if len(mine) != 1 || !reflect.DeepEqual(tables, []int{4, 3}) {
+		t.Errorf("known address: rules %v, tables to flush %v", mine, tables)
 	}
 }
