@@ -115,7 +115,7 @@ func runFull(cmd string, args []string, _, _ io.Writer) error {
 		// cache. The full build installs this file, not itself.
 		exe, err = fullexec.Memory(fullBuild())
 		if self, serr := os.Executable(); serr == nil {
-			env = append(env, "ENI_CNI_SELF="+self)
+			env = withSelf(env, self)
 		}
 	} else {
 		exe, err = openFull(cmd, stateDirOf(args))
@@ -125,6 +125,21 @@ func runFull(cmd string, args []string, _, _ io.Writer) error {
 	}
 	argv := append([]string{os.Args[0], cmd}, args...)
 	return exe.Exec(argv, env)
+}
+
+// withSelf names self as the binary to install. An ENI_CNI_SELF already in
+// the operator's environment is dropped, not merely followed by ours: the
+// first of two equal names is the one a Go program reads, so a stale or
+// planted value would make install copy that file onto the node as the
+// plugin root runs for every pod.
+func withSelf(env []string, self string) []string {
+	out := env[:0:0]
+	for _, e := range env {
+		if !strings.HasPrefix(e, "ENI_CNI_SELF=") {
+			out = append(out, e)
+		}
+	}
+	return append(out, "ENI_CNI_SELF="+self)
 }
 
 // runInternal runs `eni-cni internal <what>` of the full build as a child,

@@ -50,3 +50,22 @@ func TestStateDirOfFlags(t *testing.T) {
 		t.Errorf("cacheDir: %q %q", cacheDir(""), cacheDir("/var/lib/x"))
 	}
 }
+
+// TestInstallNamesItselfNotTheEnvironment: install copies the file the
+// operator ran, even when root's environment already carries an
+// ENI_CNI_SELF (which the full build would read first).
+func TestInstallNamesItselfNotTheEnvironment(t *testing.T) {
+	env := withSelf([]string{"PATH=/bin", "ENI_CNI_SELF=/tmp/planted", "HOME=/root"}, "/usr/local/bin/eni-cni")
+	var got []string
+	for _, e := range env {
+		if strings.HasPrefix(e, "ENI_CNI_SELF=") {
+			got = append(got, e)
+		}
+	}
+	if len(got) != 1 || got[0] != "ENI_CNI_SELF=/usr/local/bin/eni-cni" {
+		t.Fatalf("environment of the full build names %v as the binary to install", got)
+	}
+	if len(env) != 3 {
+		t.Errorf("other variables lost: %v", env)
+	}
+}
