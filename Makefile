@@ -6,10 +6,8 @@ GO      ?= go
 LDFLAGS := -s -w -X main.version=$(VERSION)
 # Where scripts/install-test-deps.sh puts reference plugins, crictl, etc.
 export ENI_CNI_TOOLS ?= /opt/eni-cni-test
-# Tests keep the unpacked full build (lean.go) in the work tree, not in /var/lib.
-export ENI_CNI_CACHE_DIR ?= $(CURDIR)/_out/cache
 
-.PHONY: build demo test test-unit test-privileged test-e2e test-daemonset deps lint bench install uninstall image clean fuzz
+.PHONY: build demo test test-unit test-privileged test-e2e test-kubelet test-daemonset deps lint bench install uninstall image clean stress fuzz
 
 # The shipped binary is the lean build (CNI verbs without grpc and the AWS
 # SDK) with the full build embedded for gc, warm and IMDS reads (lean.go).
@@ -27,8 +25,9 @@ demo: build
 demo-ec2: build
 	bash scripts/demo-ec2.sh $(BIN)
 
+# Cached: a second run builds nothing (see the script's header).
 deps:
-	bash scripts/install-test-deps.sh --with-containerd2
+	bash scripts/install-test-deps.sh --with-containerd2 --with-kubelet
 
 lint: build
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
@@ -51,11 +50,29 @@ test-e2e: build
 test-daemonset: build
 	bash scripts/e2e/daemonset.sh $(CURDIR)/$(BIN)
 
+# A real kubelet (standalone, static pods) drives eni-cni through containerd.
+# Needs `make deps` (kubelet is built once, 6-20 min). KUBELET_PHASES="static"
+# skips the ec2 phase; KUBELET_EC2_POOL=dry tests ADD on a dry ec2 pool.
+test-kubelet: build
+	bash scripts/e2e/kubelet.sh --phases "$(or $(KUBELET_PHASES),static ec2)" $(CURDIR)/$(BIN)
+
 test: deps lint build
-	ENI_CNI_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -race ./...
+	ENI_CNI_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -race -timeout 30m ./...
+	$(MAKE) --no-print-directory stress STRESS_DURATION=60s
 	$(MAKE) --no-print-directory test-e2e
+	$(MAKE) --no-print-directory test-kubelet
+	$(MAKE) --no-print-directory test-daemonset
+
+# Many processes doing ADD/DEL/CHECK/gc/warm/list on one store on a simulated
+# EC2 node, SIGKILLed at random, invariants checked after every round
+# (integration/stress_test.go). Root. Prints operations, kills, checks and
+# violations; fails on any violation.
+STRESS_DURATION ?= 10m
+stress: build
+	ENI_CNI_BIN=$(CURDIR)/$(BIN) ENI_CNI_STRESS=$(STRESS_DURATION) $(GO) test -count=1 -p 1 -timeout 0 -run '^TestStress$$' -v ./integration/
 
 # eni-cni vs ptp+host-local in throwaway namespaces; table on stdout and in BENCHMARKS.md, details in _out/bench/. Root. BENCH_FLAGS=-quick for a short run.
+# BENCH_FLAGS='-only kubelet' runs only the kubelet burst (a real kubelet + containerd; builds kubelet once).
 bench: build
 	$(GO) run ./scripts/bench -eni-cni $(BIN) -tools $(ENI_CNI_TOOLS) -go $(GO) $(BENCH_FLAGS)
 

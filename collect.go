@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/fault"
 	"github.com/eni-cni/eni-cni/gc"
 	"github.com/eni-cni/eni-cni/netsetup"
 )
@@ -91,6 +92,7 @@ func (p *plugin) collect(ctx context.Context, live gc.Liveness, opts gc.Options,
 			return false, nil
 		}
 		c.Leftovers = gc.FindLeftovers(p.ours(st, snap), owned)
+		fault.Point("gc:after-plan")
 		if !dryRun {
 			// Rules and routes go under the lock: no ADD may take one of
 			// their addresses meanwhile. Leftover veths carry no route into
@@ -101,6 +103,7 @@ func (p *plugin) collect(ctx context.Context, live gc.Liveness, opts gc.Options,
 			if err := gc.RemoveLeftovers(host, routesAndRules); err != nil {
 				c.Errors = append(c.Errors, err)
 			}
+			fault.Point("gc:after-leftover-unroute")
 		}
 		return false, nil
 	})
@@ -123,9 +126,13 @@ func (p *plugin) collect(ctx context.Context, live gc.Liveness, opts gc.Options,
 	return c, nil
 }
 
-// free tears down and releases the planned attachments, in the order DEL
-// uses but batched: unroute all (one listing of the rules), release all
-// (one save), then delete all their veths (one kernel request).
+// free tears down and releases the planned attachments, batched: unroute
+// all (one listing of the rules), delete all their veths (one kernel
+// request), release all (one save). Unlike DEL, the veths go before the
+// release: a gc that dies after releasing would leave veths that no
+// allocation names and no route ties to this network, so no later gc
+// could tell they are ours; the runtime repeats a failed DEL, nobody
+// repeats a gc's work.
 func (p *plugin) free(ctx context.Context, c *collection, held map[alloc.Key]alloc.Allocation) {
 	var unrouted []alloc.Allocation
 	for _, d := range c.Plan.Free {
@@ -147,6 +154,7 @@ func (p *plugin) free(ctx context.Context, c *collection, held map[alloc.Key]all
 	if len(unrouted) == 0 {
 		return
 	}
+	fault.Point("gc:after-unroute")
 	held2 := make([]alloc.Held, len(unrouted))
 	dead := make(map[alloc.Key]gc.Dead, len(c.Plan.Free))
 	for _, d := range c.Plan.Free {
@@ -157,6 +165,12 @@ func (p *plugin) free(ctx context.Context, c *collection, held map[alloc.Key]all
 		held2[i] = alloc.Held{Key: a.Key, IP: a.IP}
 		veths[i] = a.HostVeth
 	}
+	// A veth that will not go is reported, and its address released all
+	// the same: nothing routes to it any more.
+	if err := p.wire.DeleteVeths(veths...); err != nil {
+		c.Errors = append(c.Errors, fmt.Errorf("delete host veths: %w", err))
+	}
+	fault.Point("gc:after-veths")
 	released, err := p.mgr.ReleaseAll(ctx, held2)
 	if err != nil {
 		c.Errors = append(c.Errors, err)
@@ -164,9 +178,7 @@ func (p *plugin) free(ctx context.Context, c *collection, held map[alloc.Key]all
 	for _, a := range released {
 		c.Freed = append(c.Freed, dead[a.Key])
 	}
-	if err := p.wire.DeleteVeths(veths...); err != nil {
-		c.Errors = append(c.Errors, fmt.Errorf("delete host veths: %w", err))
-	}
+	fault.Point("gc:after-release")
 }
 
 func attachmentsOf(as []alloc.Allocation) []netsetup.Attachment {

@@ -80,6 +80,9 @@ type netConf struct {
 	HostVethPrefix     *string  `json:"hostVethPrefix"`
 	IMDSEndpoint       string   `json:"imdsEndpoint"`
 	EC2Endpoint        string   `json:"ec2Endpoint"`
+	// IMDSv1Fallback lets IMDS reads go without a session token when the
+	// IMDSv2 token is refused. Off: IMDSv2 only.
+	IMDSv1Fallback bool `json:"imdsV1Fallback"`
 	ec2Conf
 }
 
@@ -130,6 +133,8 @@ type config struct {
 	IMDSEndpoint string
 	EC2Endpoint  string
 	SNAT         bool
+	// IMDSv1Fallback: see netConf.
+	IMDSv1Fallback bool
 }
 
 // parseConfig decodes and validates the plugin's configuration, refusing
@@ -353,6 +358,7 @@ func (c *config) parseEC2() error {
 	}
 	c.Warm = w
 	c.IMDSEndpoint, c.EC2Endpoint, c.SNAT = c.conf.IMDSEndpoint, c.conf.EC2Endpoint, c.conf.SNAT
+	c.IMDSv1Fallback = c.conf.IMDSv1Fallback
 	return nil
 }
 

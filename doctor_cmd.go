@@ -61,7 +61,7 @@ func doctorEnv(p *plugin, root, proc, criEndpoint string) *doctor.Env {
 		Host:         hostNetwork{cfg.VethPrefix},
 	}
 	e.EC2 = func(region string) (doctor.EC2API, error) {
-		return ec2.NewAPI(cfg.EC2Endpoint, region, ec2.NewQuickMetadataClient(cfg.IMDSEndpoint)), nil
+		return ec2.NewAPI(cfg.EC2Endpoint, region, ec2.NewQuickMetadataClient(cfg.IMDSEndpoint, imdsOptions(cfg)...)), nil
 	}
 	e.CRI = func() (doctor.CRI, string, error) {
 		ep, err := cri.ResolveEndpoint(criEndpoint, cri.Lookup{})

@@ -61,7 +61,7 @@ func runFull(cmd string, args []string, stdout, stderr io.Writer) error {
 // into the store; ADD calls it on the first allocation of a boot and when
 // the pool is empty.
 func imdsRefresh(ctx context.Context, cfg *config, mgr *alloc.Manager) (internalResult, error) {
-	r, err := ec2.Refresh(ctx, mgr, ec2.NewQuickMetadataClient(cfg.IMDSEndpoint), time.Now())
+	r, err := ec2.Refresh(ctx, mgr, ec2.NewQuickMetadataClient(cfg.IMDSEndpoint, imdsOptions(cfg)...), time.Now())
 	if err != nil {
 		return internalResult{}, ec2.ExplainIMDS(err, cfg.IMDSEndpoint)
 	}
@@ -70,7 +70,7 @@ func imdsRefresh(ctx context.Context, cfg *config, mgr *alloc.Manager) (internal
 
 // imdsCheck reports whether IMDS can be read (STATUS on an empty pool).
 func imdsCheck(ctx context.Context, cfg *config) error {
-	_, err := ec2.Discover(ctx, ec2.NewQuickMetadataClient(cfg.IMDSEndpoint))
+	_, err := ec2.Discover(ctx, ec2.NewQuickMetadataClient(cfg.IMDSEndpoint, imdsOptions(cfg)...))
 	return ec2.ExplainIMDS(err, cfg.IMDSEndpoint)
 }
 
@@ -81,6 +81,14 @@ func explainIMDS(err error, cfg *config) error {
 		return ec2.ExplainIMDS(err, cfg.IMDSEndpoint)
 	}
 	return err
+}
+
+// imdsOptions: IMDSv2 only, unless the configuration allows IMDSv1.
+func imdsOptions(cfg *config) []ec2.MetadataOption {
+	if cfg.IMDSv1Fallback {
+		return []ec2.MetadataOption{ec2.AllowIMDSv1()}
+	}
+	return nil
 }
 
 // cmdInternal serves the lean binary's delegations: the plugin config on
@@ -341,7 +349,7 @@ func warmPass(p *plugin, stdout io.Writer, calls *ec2.CallCounter) (ran bool, er
 	defer busy.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
 	defer cancel()
-	md := ec2.NewMetadataClient(p.cfg.IMDSEndpoint)
+	md := ec2.NewMetadataClient(p.cfg.IMDSEndpoint, imdsOptions(p.cfg)...)
 	// IMDS first, every pass: the region for the EC2 client comes from the
 	// instance itself, never from a store that may be another instance's.
 	inst, err := ec2.Discover(ctx, md)

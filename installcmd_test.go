@@ -7,13 +7,16 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/netip"
 	"os"
+	"path"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/eni-cni/eni-cni/install"
+	"github.com/eni-cni/eni-cni/netsetup"
 )
 
 // renderArgs parses install flags and renders the conflist they ask for.
@@ -263,5 +266,98 @@ func TestUninstallCommandRefusesWhilePodsHoldAddresses(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "opt/cni/bin/eni-cni")); err == nil {
 		t.Error("the binary is still there")
+	}
+}
+
+// TestUninstallRemovesNoDirectoryNamedByTheEnvironment: the cache of the
+// full build is stateDir/.bin and nothing else (lean.go never takes it from
+// the environment), so an ENI_CNI_CACHE_DIR left in root's environment
+// (an older release's setting, a typo, a hostile profile) must not make
+// uninstall remove that directory tree. The plan is only built, not run.
+func TestUninstallRemovesNoDirectoryNamedByTheEnvironment(t *testing.T) {
+	victim := t.TempDir()
+	t.Setenv("ENI_CNI_CACHE_DIR", victim)
+	c := &uninstallCmd{}
+	c.l = install.DefaultLayout()
+	c.stateDir = t.TempDir()
+	u, err := c.plan(io.Discard)
+	if err != nil {
+		t.Skipf("plan on this host: %v", err)
+	}
+	for _, d := range u.CacheDirs {
+		if d != path.Join(c.stateDir, ".bin") {
+			t.Errorf("uninstall would remove %s, not a cache of eni-cni", d)
+		}
+	}
+}
+
+// TestReadStateFileCreatesNothing: uninstall --dry-run (and an image
+// tree's uninstall) reads the state but must not leave a lock file.
+func TestReadStateFileCreatesNothing(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state.json")
+	if err := os.WriteFile(state, []byte(`{"version":1,"bootID":"b","allocations":[],"cooling":[]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if st, note := readStateFile(state); st == nil || note != "" {
+		t.Fatalf("read: %v %q", st, note)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Errorf("reading the state left %d entries in its directory (%v)", len(entries), entries)
+	}
+}
+
+// TestUninstallKeepsAForeignConflist: a file under eni-cni's conflist
+// name (or the --conf-name given) that configures another plugin is the
+// operator's network, not ours: uninstall keeps it and says so.
+func TestUninstallKeepsAForeignConflist(t *testing.T) {
+	root := t.TempDir()
+	if out, err := installInto(t, root, "--ranges", "10.1.0.0/24"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	foreign := []byte(`{"cniVersion":"1.0.0","name":"pods","plugins":[{"type":"bridge"}]}`)
+	conf := filepath.Join(root, "etc/cni/net.d/10-eni-cni.conflist")
+	if err := os.WriteFile(conf, foreign, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(root, "etc/cni/net.d/05-calico.conflist")
+	if err := os.WriteFile(other, foreign, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := cmdUninstall([]string{"--root", root}, &out, io.Discard); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if err := cmdUninstall([]string{"--root", root, "--conf-name", "05-calico.conflist"}, &out, io.Discard); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for _, p := range []string{conf, other} {
+		if data, err := os.ReadFile(p); err != nil || !bytes.Equal(data, foreign) {
+			t.Errorf("uninstall removed or changed %s, another plugin's conflist (%v)\n%s", p, err, out.String())
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, "opt/cni/bin/eni-cni")); err == nil {
+		t.Errorf("the plugin itself was kept\n%s", out.String())
+	}
+}
+
+// TestUninstallFlushesNoTableOnAForeignRule: with no state and no ranges
+// (an ec2 node without a state file) the rules at our priorities are not
+// known to be ours; their route tables (the AWS VPC CNI's, numbered alike)
+// must not be flushed because of them. Known addresses' tables are.
+func TestUninstallFlushesNoTableOnAForeignRule(t *testing.T) {
+	rules := []netsetup.PodRule{
+		{IP: netip.MustParseAddr("10.0.0.5"), From: true, Table: 2},
+		{IP: netip.MustParseAddr("10.0.0.6"), From: true, Table: 3},
+	}
+	mine, tables := ourRulesAndTables(rules, nil, nil)
+	if len(mine) != 2 || len(tables) != 0 {
+		t.Errorf("unknown owner: rules %v, tables to flush %v", mine, tables)
+	}
+	known := func(ip netip.Addr) bool { return ip == netip.MustParseAddr("10.0.0.6") }
+	mine, tables = ourRulesAndTables(rules, known, []int{4})
+	if len(mine) != 1 || !reflect.DeepEqual(tables, []int{4, 3}) {
+		t.Errorf("known address: rules %v, tables to flush %v", mine, tables)
 	}
 }

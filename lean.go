@@ -7,177 +7,168 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/fullexec"
 )
 
 // The shipped binary is this lean build: the CNI verbs and the light
 // subcommands, without the CRI client (grpc) and the AWS SDK, whose package
 // initialisation alone would add milliseconds to every pod's ADD. It
 // carries the full build (the same source without -tags lean) inside it and
-// runs that, from an in-memory file, for what needs those libraries: the gc
-// and warm subcommands (timer-driven) and the rare IMDS reads of ADD and
-// STATUS. `make build` produces embedded/eni-cni-full before this build.
+// runs that (package fullexec: a verified cached copy, or memory) for what
+// needs those libraries: the gc and warm subcommands (timer-driven) and the
+// rare IMDS reads of ADD and STATUS. `make build` produces
+// embedded/eni-cni-full before this build.
 //
 //go:embed embedded/eni-cni-full
 var fullBinary []byte
 
-// fullDigest is the sha256 of fullBinary, computed by `make build`: hashing
-// tens of megabytes at run time would cost more than it saves.
+// fullDigest is the sha256 of fullBinary, computed by `make build`. The
+// cached copy on disk must have it (fullexec verifies it on every run); the
+// embedded bytes themselves are part of this binary, which root installed.
 //
 //go:embed embedded/eni-cni-full.sha256
 var fullDigest string
 
-// defaultCacheDir holds the unpacked full build, so gc and warm (every
-// minute) do not copy it out of this binary each time. Root only.
-const defaultCacheDir = "/var/lib/eni-cni/.bin"
-
-// fullExecutable returns a path of the full build the kernel can exec: the
-// cached copy, written once per build, or else an in-memory file. readOnly
-// commands (status, doctor, max-pods) use the cache only if it is already
-// there: they must not create /var/lib/eni-cni on a node that never ran
-// the plugin.
-func fullExecutable(readOnly bool) (string, error) {
-	if len(fullBinary) == 0 {
-		return "", fmt.Errorf("this eni-cni was built without its full build embedded (use make build)")
-	}
-	if path, err := cachedFull(readOnly); err == nil {
-		return path, nil
-	}
-	return memfdFull()
+// fullBuild is the embedded full build and the digest it must have.
+func fullBuild() fullexec.Build {
+	return fullexec.Build{Data: fullBinary, Digest: strings.TrimSpace(fullDigest)}
 }
 
-// readOnlyCommands are the delegated commands that write nothing.
+// cacheDir is where the unpacked full build is cached, so gc and warm
+// (every minute) do not copy 45 MB out of this binary each time: beside
+// the state, in stateDir/.bin, which only root writes. It is derived from
+// the network's configuration, never from the environment, which is the
+// runtime's to set. "" (no configuration found) means memory only.
+func cacheDir(stateDir string) string {
+	if stateDir == "" {
+		return ""
+	}
+	return filepath.Join(stateDir, ".bin")
+}
+
+// stateDirOf finds the state directory of a subcommand's configuration
+// (--config, --conf-dir) without parsing its other flags, which are the
+// full build's. Any problem gives "": the full build, run from memory,
+// then reports it properly.
+func stateDirOf(args []string) string {
+	var path, dir = "", defaultConfDir
+	for i := 0; i < len(args); i++ {
+		name, value, hasValue := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
+		if !strings.HasPrefix(args[i], "-") || (name != "config" && name != "conf-dir") {
+			continue
+		}
+		if !hasValue {
+			if i+1 >= len(args) {
+				return ""
+			}
+			i++
+			value = args[i]
+		}
+		if name == "config" {
+			path = value
+		} else {
+			dir = value
+		}
+	}
+	data, _, err := findConfig(path, dir)
+	if err != nil {
+		return ""
+	}
+	cfg, err := parseConfig(data)
+	if err != nil {
+		return ""
+	}
+	return cfg.StateDir
+}
+
+// readOnlyCommands are the delegated commands that write nothing: they use
+// the cache only if it is already there (verified as always), and never
+// create the state directory on a node that never ran the plugin.
 var readOnlyCommands = map[string]bool{"doctor": true, "max-pods": true, "imds-check": true}
 
-// cachedFull returns the cached full build, writing it first if needed.
-// The name carries the build's digest, so an upgrade never runs an old one;
-// the file is written to a temporary name and renamed, so a crash never
-// leaves a truncated one under the final name.
-func cachedFull(readOnly bool) (path string, err error) {
-	dir := os.Getenv("ENI_CNI_CACHE_DIR")
-	if dir == "" {
-		dir = defaultCacheDir
+// openFull returns the full build, ready to run, for the delegated command.
+func openFull(cmd, stateDir string) (*fullexec.Exe, error) {
+	if readOnlyCommands[cmd] {
+		return fullexec.OpenReadOnly(cacheDir(stateDir), fullBuild())
 	}
-	digest := strings.TrimSpace(fullDigest)
-	if len(digest) < 16 {
-		return "", fmt.Errorf("no digest of the full build")
-	}
-	path = filepath.Join(dir, "eni-cni-full-"+digest[:16])
-	if fi, err := os.Stat(path); err == nil && fi.Size() == int64(len(fullBinary)) && fi.Mode().Perm() == 0o700 {
-		return path, nil
-	}
-	if readOnly {
-		return "", fmt.Errorf("no cached full build")
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", err
-	}
-	f, err := os.CreateTemp(dir, ".eni-cni-full-*")
-	if err != nil {
-		return "", err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if _, err = f.Write(fullBinary); err != nil {
-		return "", err
-	}
-	// Synced before the rename: after a crash the name must never point at
-	// a file of the right size but with missing contents.
-	if err = f.Sync(); err != nil {
-		return "", err
-	}
-	if err = f.Chmod(0o700); err != nil {
-		return "", err
-	}
-	if err = f.Close(); err != nil {
-		return "", err
-	}
-	return path, os.Rename(f.Name(), path)
-}
-
-// memfdOnly is fullExecutable without the on-disk cache.
-func memfdOnly() (string, error) {
-	if len(fullBinary) == 0 {
-		return "", fmt.Errorf("this eni-cni was built without its full build embedded (use make build)")
-	}
-	return memfdFull()
-}
-
-// memfdFull writes the embedded build into a memfd and returns a path the
-// kernel can exec. The fd is left open (and inheritable) on purpose: the
-// path is only valid while it is, in this process and in a child.
-func memfdFull() (string, error) {
-	fd, err := unix.MemfdCreate("eni-cni-full", 0)
-	if err != nil {
-		return "", fmt.Errorf("memfd for the full build: %w", err)
-	}
-	f := os.NewFile(uintptr(fd), "eni-cni-full")
-	if _, err := f.Write(fullBinary); err != nil {
-		f.Close()
-		return "", fmt.Errorf("write the full build to memfd: %w", err)
-	}
-	return fmt.Sprintf("/proc/self/fd/%d", fd), nil
+	return fullexec.Open(cacheDir(stateDir), fullBuild())
 }
 
 // runFull replaces this process with the full build running the same
 // subcommand, so exit code, stdout and stderr are the full build's own.
 func runFull(cmd string, args []string, _, _ io.Writer) error {
-	var path string
+	var exe *fullexec.Exe
 	var err error
 	env := os.Environ()
 	if cmd == "install" || cmd == "uninstall" {
 		// Never the on-disk cache: install --root must leave nothing in
 		// this machine's /var/lib/eni-cni, and uninstall removes the
 		// cache. The full build installs this file, not itself.
-		path, err = memfdOnly()
+		exe, err = fullexec.Memory(fullBuild())
 		if self, serr := os.Executable(); serr == nil {
-			env = append(env, "ENI_CNI_SELF="+self)
+			env = withSelf(env, self)
 		}
 	} else {
-		path, err = fullExecutable(readOnlyCommands[cmd])
+		exe, err = openFull(cmd, stateDirOf(args))
 	}
 	if err != nil {
 		return err
 	}
 	argv := append([]string{os.Args[0], cmd}, args...)
-	err = syscall.Exec(path, argv, env)
-	if !strings.HasPrefix(path, "/proc/") {
-		// The cached copy would not run (damaged?): drop it, use memory.
-		os.Remove(path)
-		if path, merr := memfdFull(); merr == nil {
-			err = syscall.Exec(path, argv, env)
+	return exe.Exec(argv, env)
+}
+
+// withSelf names self as the binary to install. An ENI_CNI_SELF already in
+// the operator's environment is dropped, not merely followed by ours: the
+// first of two equal names is the one a Go program reads, so a stale or
+// planted value would make install copy that file onto the node as the
+// plugin root runs for every pod.
+func withSelf(env []string, self string) []string {
+	out := env[:0:0]
+	for _, e := range env {
+		if !strings.HasPrefix(e, "ENI_CNI_SELF=") {
+			out = append(out, e)
 		}
 	}
-	return fmt.Errorf("exec the full build: %w", err)
+	return append(out, "ENI_CNI_SELF="+self)
 }
 
 // runInternal runs `eni-cni internal <what>` of the full build as a child,
 // with the plugin configuration on stdin, and decodes its JSON answer.
 func runInternal(ctx context.Context, cfg *config, what string, out any) error {
-	path, err := fullExecutable(readOnlyCommands[what])
+	exe, err := openFull(what, cfg.StateDir)
 	if err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, path, "internal", what)
-	cmd.Env = withoutCNI(os.Environ())
-	cmd.Stdin = bytes.NewReader(cfg.raw)
+	defer exe.Close()
 	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
+	cmd := internalCmd(ctx, exe, cfg, what, &stdout, &stderr)
+	if err := cmd.Start(); err != nil && exe.Cached {
+		// The kernel would not run the cached copy: remember, use memory.
+		exe.MarkNoExec(err)
+		mem, merr := fullexec.Memory(fullBuild())
+		if merr != nil {
+			return errors.Join(err, merr)
+		}
+		defer mem.Close()
+		cmd = internalCmd(ctx, mem, cfg, what, &stdout, &stderr)
+		err = cmd.Start()
+		if err != nil {
+			return fmt.Errorf("run the full build: %w", err)
+		}
+	} else if err != nil {
+		return fmt.Errorf("run the full build: %w", err)
+	}
+	if err := cmd.Wait(); err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("instance metadata did not answer in time (%s): %w", what, ctx.Err())
 		}
@@ -191,6 +182,14 @@ func runInternal(ctx context.Context, cfg *config, what string, out any) error {
 		return nil
 	}
 	return json.Unmarshal(stdout.Bytes(), out)
+}
+
+func internalCmd(ctx context.Context, exe *fullexec.Exe, cfg *config, what string, stdout, stderr io.Writer) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, exe.Path(), "internal", what)
+	cmd.Env = withoutCNI(os.Environ())
+	cmd.Stdin = bytes.NewReader(cfg.raw)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	return cmd
 }
 
 // withoutCNI drops the CNI_* variables so the child runs a subcommand, not

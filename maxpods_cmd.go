@@ -114,9 +114,9 @@ func cmdMaxPodsCLI(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	d := maxPodsDeps{md: ec2.NewMetadataClient(cfg.IMDSEndpoint)}
+	d := maxPodsDeps{md: ec2.NewMetadataClient(cfg.IMDSEndpoint, imdsOptions(cfg)...)}
 	d.newAPI = func(region string) ec2.TypesAPI {
-		return ec2.NewAPI(cfg.EC2Endpoint, region, ec2.NewMetadataClient(cfg.IMDSEndpoint))
+		return ec2.NewAPI(cfg.EC2Endpoint, region, ec2.NewMetadataClient(cfg.IMDSEndpoint, imdsOptions(cfg)...))
 	}
 	if cfg.StateDir != "" {
 		if d.store, err = alloc.NewDiskStore(cfg.StateDir); err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/fault"
 	"github.com/eni-cni/eni-cni/netsetup"
 )
 
@@ -176,6 +177,7 @@ func (p *plugin) add(ctx context.Context, at attachment) (*current.Result, error
 	if err != nil {
 		return nil, err
 	}
+	fault.Point("add:after-allocate")
 	routing, err := p.source.prepare(ctx, a, source)
 	if err != nil {
 		return nil, p.undo(ctx, at, a, existed, err)
@@ -189,11 +191,13 @@ func (p *plugin) add(ctx context.Context, at attachment) (*current.Result, error
 		if err := teardown(p.wire, a.HostVeth, a.IP); err != nil {
 			return nil, fmt.Errorf("repair %s: %w", at.Key, err)
 		}
+		fault.Point("add:after-repair-teardown")
 	}
 	links, err := p.wire.Setup(spec)
 	if err != nil {
 		return nil, p.undo(ctx, at, a, existed, fmt.Errorf("wire %s with %s: %w", at.Key, a.IP, err))
 	}
+	fault.Point("add:after-wire")
 	return p.result(a, at.Netns, links), nil
 }
 
@@ -205,6 +209,7 @@ func (p *plugin) undo(ctx context.Context, at attachment, a alloc.Allocation, ex
 	if existed {
 		return cause
 	}
+	fault.Point("add:before-undo")
 	if err := p.mgr.Undo(context.WithoutCancel(ctx), at.Key, a.IP); err != nil {
 		return errors.Join(cause, err)
 	}
@@ -242,16 +247,19 @@ func (p *plugin) del(ctx context.Context, k alloc.Key) error {
 	if !found {
 		return p.wire.DeleteVeths(netsetup.HostVethName(p.cfg.VethPrefix, k.ContainerID, k.IfName))
 	}
+	fault.Point("del:after-lookup")
 	// The address may only be freed once nothing routes it to the old
 	// veth, or a new pod could get an address still routed there.
 	if err := p.wire.Unroute([]netsetup.Attachment{{HostVeth: a.HostVeth, IP: a.IP}}); err != nil {
 		return fmt.Errorf("tear down %s (%s): %w", k, a.IP, err)
 	}
+	fault.Point("del:after-unroute")
 	// From here the veth is only a dead end: release the address (into
 	// cooldown) while the kernel takes its 15–30 ms to delete the veth.
 	deleted := make(chan error, 1)
 	go func() { deleted <- p.wire.DeleteVeths(a.HostVeth) }()
 	_, _, err = p.mgr.Release(ctx, k, a.IP)
+	fault.Point("del:after-release")
 	if verr := <-deleted; verr != nil {
 		err = errors.Join(err, fmt.Errorf("delete host veth of %s: %w", k, verr))
 	}

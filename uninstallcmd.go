@@ -125,11 +125,13 @@ func (c *uninstallCmd) plan(stdout io.Writer) (*install.Uninstall, error) {
 		c.l.StateDir, ic.cfg.StateDir = c.stateDir, c.stateDir
 	}
 	u := &install.Uninstall{Layout: c.l, Live: c.live(), Purge: c.purge, CacheDirs: []string{path.Join(c.l.StateDir, ".bin")}}
-	if dir := os.Getenv("ENI_CNI_CACHE_DIR"); dir != "" && c.l.IsHostRoot() && filepath.IsAbs(dir) {
-		u.CacheDirs = append(u.CacheDirs, dir)
-	}
 	if ic.note != "" {
 		u.Notes = append(u.Notes, install.Note("%s", ic.note))
+	}
+	if data, err := os.ReadFile(c.l.In(c.l.ConfPath())); err == nil {
+		if _, err := pluginConfFrom(data); err != nil {
+			u.ForeignConflist = fmt.Sprintf("not an eni-cni network configuration (%v)", err)
+		}
 	}
 	if !u.Live {
 		return u, nil
@@ -188,12 +190,17 @@ func readStateFile(p string) (*alloc.State, string) {
 	if err != nil {
 		return nil, fmt.Sprintf("state file %s cannot be read: %v", p, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), defaultLockTimeout)
-	defer cancel()
-	if err := store.Lock(ctx); err != nil {
-		return nil, fmt.Sprintf("state file %s: %v", p, err)
+	// Under the lock when there is one; never creating it, so a dry run
+	// (or an uninstall of an image tree) writes nothing. The file is
+	// always replaced by a rename, so an unlocked read is whole too.
+	if _, err := os.Stat(filepath.Join(filepath.Dir(p), alloc.LockFileName)); err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), defaultLockTimeout)
+		defer cancel()
+		if err := store.Lock(ctx); err != nil {
+			return nil, fmt.Sprintf("state file %s: %v", p, err)
+		}
+		defer store.Unlock()
 	}
-	defer store.Unlock()
 	st, err := store.Load()
 	if err != nil {
 		return nil, fmt.Sprintf("state file %s: %v", p, err)
@@ -238,16 +245,7 @@ func networkSteps(cfg *config, st *alloc.State) ([]install.Step, error) {
 		return nil, err
 	}
 	known, note := knownAddresses(cfg, st)
-	var mine []netsetup.PodRule
-	tables := eniTables(st)
-	for _, r := range rules {
-		if known == nil || known(r.IP) {
-			mine = append(mine, r)
-			if r.From && r.Table > 0 && r.Table != 254 && !slices.Contains(tables, r.Table) {
-				tables = append(tables, r.Table)
-			}
-		}
-	}
+	mine, tables := ourRulesAndTables(rules, known, eniTables(st))
 	if len(mine) > 0 {
 		if note != "" {
 			steps = append(steps, install.Note("%s", note))
@@ -274,6 +272,27 @@ func networkSteps(cfg *config, st *alloc.State) ([]install.Step, error) {
 		steps = append(steps, install.Note("no eni-cni veths, rules or ENI tables in this network namespace"))
 	}
 	return steps, nil
+}
+
+// ourRulesAndTables picks the rules at our priorities that are eni-cni's
+// and the route tables to flush: the state's ENI tables, and those the
+// from-rules of known addresses use. Without known addresses (known nil)
+// every rule at our priorities goes, as the note says, but no table is
+// flushed on the strength of such a rule alone: on a node where another
+// CNI (the AWS VPC CNI numbers its ENI tables the same way) owns the
+// rule, its table and every route in it are not ours to empty.
+func ourRulesAndTables(rules []netsetup.PodRule, known func(netip.Addr) bool, tables []int) ([]netsetup.PodRule, []int) {
+	var mine []netsetup.PodRule
+	for _, r := range rules {
+		if known != nil && !known(r.IP) {
+			continue
+		}
+		mine = append(mine, r)
+		if known != nil && r.From && r.Table > 0 && r.Table != 254 && !slices.Contains(tables, r.Table) {
+			tables = append(tables, r.Table)
+		}
+	}
+	return mine, tables
 }
 
 func snatStep(cfg *config) install.Step {

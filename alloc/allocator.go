@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/fault"
 )
 
 // ErrPoolExhausted means no address is free right now. It is temporary:
@@ -103,6 +104,7 @@ func (m *Manager) Update(ctx context.Context, fn func(st *State) (changed bool, 
 	if err != nil {
 		return err
 	}
+	fault.Point("lock:after-load")
 	// Expired cooling entries are dropped in memory only: saving just for
 	// that would make reads (list, a refused gc) rewrite the file. Boot
 	// stamps given to an older file's entries are saved with the next change.

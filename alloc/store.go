@@ -15,6 +15,8 @@ import (
 
 	"github.com/gofrs/flock"
 	"golang.org/x/sys/unix"
+
+	"github.com/eni-cni/eni-cni/fault"
 )
 
 // Store is where the state lives. Load and Save must only be called between
@@ -342,6 +344,7 @@ func (d *DiskStore) writeFileAtomic(path string, data []byte) (err error) {
 	if err = f.Close(); err != nil {
 		return err
 	}
+	fault.Point("save:before-rename")
 	if err = os.Rename(tmp, path); err != nil {
 		return err
 	}

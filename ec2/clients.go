@@ -21,17 +21,28 @@ const (
 	EnvEC2Endpoint  = "AWS_ENDPOINT_URL_EC2"
 )
 
+// MetadataOption adjusts an IMDS client.
+type MetadataOption func(*imds.Options)
+
+// AllowIMDSv1 lets the client fall back to IMDSv1 (no session token) when
+// the token request is refused. Off unless the configuration asks for it
+// (imdsV1Fallback): IMDSv1 answers any GET, which is what SSRF and
+// open-proxy attacks on instance credentials rely on.
+func AllowIMDSv1() MetadataOption {
+	return func(o *imds.Options) { o.EnableFallback = aws.TrueTernary }
+}
+
 // NewMetadataClient returns an IMDSv2 client. endpoint overrides the
 // environment, which overrides the link-local default.
-func NewMetadataClient(endpoint string) *imds.Client {
-	return imds.New(metadataOptions(endpoint, 5*time.Second))
+func NewMetadataClient(endpoint string, opts ...MetadataOption) *imds.Client {
+	return imds.New(metadataOptions(endpoint, 5*time.Second, opts))
 }
 
 // NewQuickMetadataClient is for reads inside a CNI call (an empty pool at
 // ADD, STATUS): two attempts with short waits, so an unreachable IMDS is
 // reported within about a second instead of holding up the runtime.
-func NewQuickMetadataClient(endpoint string) *imds.Client {
-	o := metadataOptions(endpoint, time.Second)
+func NewQuickMetadataClient(endpoint string, opts ...MetadataOption) *imds.Client {
+	o := metadataOptions(endpoint, time.Second, opts)
 	o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
 		so.MaxAttempts = 2
 		so.MaxBackoff = 100 * time.Millisecond
@@ -40,15 +51,22 @@ func NewQuickMetadataClient(endpoint string) *imds.Client {
 	return imds.New(o)
 }
 
-func metadataOptions(endpoint string, timeout time.Duration) imds.Options {
+// metadataOptions: IMDSv2 only (the SDK would silently fall back to IMDSv1
+// when the token request fails) unless an option allows it.
+func metadataOptions(endpoint string, timeout time.Duration, opts []MetadataOption) imds.Options {
 	if endpoint == "" {
 		endpoint = os.Getenv(EnvIMDSEndpoint)
 	}
-	return imds.Options{
+	o := imds.Options{
 		Endpoint:          endpoint,
 		ClientEnableState: imds.ClientEnabled,
+		EnableFallback:    aws.FalseTernary,
 		HTTPClient:        awshttp.NewBuildableClient().WithTimeout(timeout),
 	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
 }
 
 // NewAPI returns an EC2 client with adaptive retry (throttling makes it

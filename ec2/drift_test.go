@@ -498,3 +498,179 @@ func TestHostReassertedEveryPass(t *testing.T) {
 		t.Errorf("a repair was not reported:\n%s", e.out)
 	}
 }
+
+// TestExcludedAddressOnCreatedENINeverTrimmed: every address on an ENI
+// eni-cni created counts as its own, but one the operator put there and
+// listed in excludeIPs (a VIP, an Elastic IP's private address, as the
+// README tells them to) is not eni-cni's to give back.
+func TestExcludedAddressOnCreatedENINeverTrimmed(t *testing.T) {
+	vip := netip.MustParseAddr("10.0.0.210")
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 7, TrimAfter: time.Minute,
+		ExcludeIPs: []netip.Prefix{netip.PrefixFrom(vip, 32)}})
+	e.mgr.Pool = alloc.StoredPool{Exclude: e.w.Cfg.ExcludeIPs}
+	e.warm(t) // 5 on the primary, a created ENI with 2
+	var created string
+	for _, en := range e.fake.ENIs() {
+		if en.ID != e.fake.PrimaryENI().ID {
+			created = en.ID
+		}
+	}
+	if err := e.fake.AssignIPs(created, vip.String()); err != nil {
+		t.Fatal(err)
+	}
+	e.now = e.now.Add(2 * time.Hour) // IMDS shows it, the hourly describe confirms it
+	e.warm(t)
+	e.w.Cfg.WarmIPTarget = 0
+	e.now = e.now.Add(2 * time.Minute)
+	e.warm(t)
+	e.passes(t, 2)
+	eni, _ := e.fake.ENI(created)
+	if !slices.Contains(eni.SecondaryIPs, vip.String()) {
+		t.Errorf("trim gave back the excluded %s of %s: left %v\n%s", vip, created, eni.SecondaryIPs, e.out)
+	}
+}
+
+// TestLostAddressLeavesTombstoned: an address unassigned behind eni-cni's
+// back while a pod holds it is flagged lost; when the pod goes it leaves
+// the pool. IMDS, which lags EC2, may still list it then: it must not come
+// back as a found address and go to the next pod (EC2 may have given it
+// to another instance already).
+func TestLostAddressLeavesTombstoned(t *testing.T) {
+	var e *env
+	start := time.Now()
+	clock := func() time.Time {
+		if e == nil {
+			return start
+		}
+		return e.now
+	}
+	e = newEnv(t, ec2fake.Config{InstanceType: "t3.medium", IMDSLag: 5 * time.Minute, Clock: clock}, pool.WarmConfig{WarmIPTarget: 3})
+	e.warm(t)
+	e.passes(t, 20) // IMDS has caught up
+	pods := e.addPods(t, 1)
+	victim := pods[0]
+	e.now = e.now.Add(time.Hour) // the next pass makes the hourly describe
+	e.w.Cfg.WarmIPTarget = 0     // and no assign (the fake would hand the address back at once);
+	e.w.Cfg.MinimumIPTarget = 2  // one free address stays for the next pod
+	if err := e.fake.UnassignIPs(e.fake.PrimaryENI().ID, victim.IP.String()); err != nil {
+		t.Fatal(err)
+	}
+	e.passes(t, 1)
+	if a := e.pool(t)[victim.IP]; !a.Lost {
+		t.Fatalf("%s not flagged lost: %+v\n%s", victim.IP, a, e.out)
+	}
+	if _, _, err := e.mgr.Release(context.Background(), alloc.Key{Network: "pods", ContainerID: victim.ContainerID, IfName: "eth0"}, victim.IP); err != nil {
+		t.Fatal(err)
+	}
+	e.passes(t, 4) // within IMDS's lag, past the cooldown
+	if a, ok := e.pool(t)[victim.IP]; ok {
+		t.Errorf("%s, no longer assigned by EC2 but still listed by a lagging IMDS, is back in the pool: %+v\n%s", victim.IP, a, e.out)
+	}
+	for _, a := range e.addPods(t, 1) {
+		if a.IP == victim.IP {
+			t.Fatalf("%s, which EC2 no longer assigns to this instance, went to another pod", a.IP)
+		}
+	}
+}
+
+// TestReassignedLostAddressIsUsableAgain: EC2 may hand an address flagged
+// lost back to the same instance in a later assign. The reply is the
+// truth: the record must follow it, not keep the address lost (a slot EC2
+// counts against the ENI, never used, and `list` calling its pod lost).
+func TestReassignedLostAddressIsUsableAgain(t *testing.T) {
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 3})
+	e.warm(t)
+	victim := e.addPods(t, 1)[0]
+	e.now = e.now.Add(time.Hour)
+	if err := e.fake.UnassignIPs(e.fake.PrimaryENI().ID, victim.IP.String()); err != nil {
+		t.Fatal(err)
+	}
+	e.passes(t, 1) // flagged lost, then the fill asks for one more
+	eni, _ := e.fake.ENI(e.fake.PrimaryENI().ID)
+	if !slices.Contains(eni.SecondaryIPs, victim.IP.String()) {
+		t.Skipf("the fake assigned another address than %s: %v", victim.IP, eni.SecondaryIPs)
+	}
+	if a := e.pool(t)[victim.IP]; a.Lost || a.ENI != eni.ID {
+		t.Errorf("%s, assigned again by EC2, recorded as %+v\n%s", victim.IP, a, e.out)
+	}
+}
+
+// TestFoundAddressesTakeTheirSlots: addresses assigned behind eni-cni's
+// back (found in IMDS) take slots of their ENI. The store must count them,
+// or the next fill asks EC2 for more than the ENI holds, is refused, and
+// the pool stays short (pods waiting) until the hourly describe.
+func TestFoundAddressesTakeTheirSlots(t *testing.T) {
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 3, TrimAfter: time.Hour})
+	e.warm(t) // the primary: 3 of its 5 slots
+	if err := e.fake.AssignIPs(e.fake.PrimaryENI().ID, "10.0.0.200", "10.0.0.201"); err != nil {
+		t.Fatal(err)
+	}
+	e.passes(t, 1) // found: the primary is full
+	if c, _, _ := e.counts(t); c.Total != 5 {
+		t.Fatalf("found addresses not in the pool: %+v\n%s", c, e.out)
+	}
+	e.addPods(t, 5)
+	e.out.Reset()
+	e.now = e.now.Add(30 * time.Second)
+	if err := e.w.Run(context.Background()); err != nil {
+		t.Fatalf("the pass after the pods came: %v\n%s", err, e.out)
+	}
+	if c, _, _ := e.counts(t); c.Free < 3 {
+		t.Errorf("pool short: %+v\n%s", c, e.out)
+	}
+}
+
+// TestRefreshRacingAnAssign: an ADD's refresh may read IMDS between
+// warm's Assign call and its record, taking the new addresses in as found.
+// The record must still make them warm's (trimmable) and count each slot
+// once.
+func TestRefreshRacingAnAssign(t *testing.T) {
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 3})
+	e.fake.SetHook("AssignPrivateIpAddresses", func() {
+		if _, err := Refresh(context.Background(), e.mgr, e.w.MD, e.now); err != nil {
+			t.Error(err)
+		}
+	})
+	e.warm(t)
+	_, _, src := e.counts(t)
+	primary, _ := src.PrimaryENI()
+	if primary.Secondary != 3 {
+		t.Errorf("primary counts %d secondary addresses, EC2 has 3", primary.Secondary)
+	}
+	for _, a := range src.Addrs {
+		if a.Origin != pool.OriginAssigned {
+			t.Errorf("%s, assigned by warm, recorded %q", a.IP, a.Origin)
+		}
+	}
+}
+
+// TestRefreshRacingAnAttach: an ADD's refresh (the pool is empty: that is
+// why warm creates an ENI) may see the new ENI in IMDS before warm records
+// it. The record must merge with what the refresh wrote, not list the ENI
+// twice (a store that no longer loads).
+func TestRefreshRacingAnAttach(t *testing.T) {
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 7})
+	e.fake.SetHook("ModifyNetworkInterfaceAttribute", func() {
+		if _, err := Refresh(context.Background(), e.mgr, e.w.MD, e.now); err != nil {
+			t.Error(err)
+		}
+	})
+	e.warm(t)
+	_, _, src := e.counts(t)
+	if err := src.Validate(); err != nil {
+		t.Fatalf("store after the race: %v", err)
+	}
+	if len(src.ENIs) != 2 {
+		t.Fatalf("%d ENIs in the store, EC2 has 2", len(src.ENIs))
+	}
+	for _, en := range src.ENIs {
+		if !en.Primary() && (!en.Created || en.Unverified || en.Secondary != 2) {
+			t.Errorf("created ENI recorded as %+v", en)
+		}
+	}
+	for _, a := range src.Addrs {
+		if a.Origin != pool.OriginAssigned {
+			t.Errorf("%s recorded %q", a.IP, a.Origin)
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/fault"
 )
 
 // Tag keys eni-cni puts on the ENIs it creates, so an operator (or a
@@ -55,6 +56,7 @@ func (w *Warmer) createENI(ctx context.Context, src *pool.EC2, need int) error {
 	if err := w.beginCreate(ctx, token); err != nil {
 		return err
 	}
+	fault.Point("warm:after-pending-mark")
 	out, err := w.API.CreateNetworkInterface(ctx, in)
 	if err != nil {
 		err = fmt.Errorf("create ENI in %s: %w", subnet, err)
@@ -63,6 +65,7 @@ func (w *Warmer) createENI(ctx context.Context, src *pool.EC2, need int) error {
 		}
 		return err // maybe created: the pending record leads a sweep to it
 	}
+	fault.Point("warm:after-create-before-note")
 	e, ips, prefixes, err := w.newENIState(ctx, out.NetworkInterface, src, primary)
 	if e.ID != "" {
 		if perr := w.notePending(ctx, token, e.ID); perr != nil {
@@ -72,13 +75,16 @@ func (w *Warmer) createENI(ctx context.Context, src *pool.EC2, need int) error {
 	if err != nil {
 		return w.abandon(ctx, token, e.ID, err)
 	}
+	fault.Point("warm:after-create-before-attach")
 	if err := w.attach(ctx, &e, src); err != nil {
 		return w.abandon(ctx, token, e.ID, err)
 	}
+	fault.Point("warm:after-attach-before-record")
 	n, err := w.recordENI(ctx, token, e, ips, prefixes)
 	if err != nil {
 		return err
 	}
+	fault.Point("warm:after-record-eni")
 	w.say("created %s (card %d device %d, subnet %s, %s) with %d addresses", e.ID, e.NetworkCard, e.DeviceNumber, e.SubnetID, e.MAC, n)
 	if w.Host != nil {
 		if err := w.Host.SetupENI(ctx, e); err != nil {
@@ -177,6 +183,7 @@ func (w *Warmer) attach(ctx context.Context, e *pool.ENI, src *pool.EC2) error {
 	if err != nil {
 		return fmt.Errorf("attach %s to %s at card %d device %d: %w", e.ID, src.InstanceID, e.NetworkCard, e.DeviceNumber, err)
 	}
+	fault.Point("warm:after-attach-before-dot")
 	e.AttachmentID = aws.ToString(out.AttachmentId)
 	// Without this the ENI outlives the instance and its addresses leak. A
 	// failure is recorded (DeleteOnTermination false) and retried by every
@@ -216,6 +223,10 @@ func (w *Warmer) recordENI(ctx context.Context, token string, e pool.ENI, ips []
 		e.Secondary = len(ips)
 		e.Prefixes = prefixes
 		e.Created = true
+		// An ADD's refresh may have taken the ENI in from IMDS already
+		// (unverified, its addresses found): this record, from EC2's
+		// replies, replaces that one.
+		src.ENIs = slices.DeleteFunc(src.ENIs, func(k pool.ENI) bool { return k.ID == e.ID })
 		src.ENIs = append(src.ENIs, e)
 		src.SortENIs()
 		src.Pending = slices.DeleteFunc(src.Pending, func(p pool.PendingENI) bool { return p.Token == token })
@@ -227,6 +238,7 @@ func (w *Warmer) recordENI(ctx context.Context, token string, e pool.ENI, ips []
 			all = append(all, pool.Expand(p)...)
 		}
 		added = src.AddAddrs(e.ID, pool.OriginAssigned, all, w.now())
+		reassigned(src, e.ID, all)
 		return nil
 	})
 	return added, err

@@ -45,6 +45,13 @@ func Discover(ctx context.Context, md Metadata) (*pool.Instance, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
+	// The ID decides whether the store is this instance's (pool.Identify
+	// drops it otherwise) and filters every EC2 read: an empty or garbled
+	// one (a proxy's page, a stub answering 200) must not pass for
+	// another instance.
+	if !validInstanceID(inst.ID) {
+		return nil, fmt.Errorf("%w: instance-id %.40q is not an EC2 instance ID", ErrIMDS, inst.ID)
+	}
 	for _, m := range macs {
 		e, err := discoverENI(ctx, md, strings.TrimSuffix(m, "/"))
 		if err != nil {
@@ -179,4 +186,14 @@ func splitLines(s string) []string {
 		}
 	}
 	return out
+}
+
+// validInstanceID reports whether id looks like an EC2 instance ID:
+// "i-" and 8 or 17 lowercase hex digits.
+func validInstanceID(id string) bool {
+	hex, ok := strings.CutPrefix(id, "i-")
+	if !ok || (len(hex) != 8 && len(hex) != 17) {
+		return false
+	}
+	return strings.Trim(hex, "0123456789abcdef") == ""
 }

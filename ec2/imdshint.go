@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"reflect"
 	"syscall"
 
 	smithyhttp "github.com/aws/smithy-go/transport/http"
@@ -48,6 +49,8 @@ func ExplainIMDS(err error, endpoint string) error {
 	var hint string
 	var re *smithyhttp.ResponseError
 	var ne net.Error
+	err0 := err
+	err = withTokenCause(err)
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ENETUNREACH), errors.Is(err, syscall.EHOSTUNREACH):
 		hint = fmt.Sprintf("nothing answers at %s: not an EC2 instance, IMDS disabled (http-endpoint), or a wrong imdsEndpoint / %s", where, EnvIMDSEndpoint)
@@ -64,7 +67,30 @@ func ExplainIMDS(err error, endpoint string) error {
 		// arrives wrapped in a type without Unwrap): list every usual cause.
 		hint = fmt.Sprintf("likely causes: not an EC2 instance; a wrong imdsEndpoint / %s (now %s); or %s", EnvIMDSEndpoint, where, hopLimitHint)
 	default:
+		return err0
+	}
+	return &IMDSHintError{Err: err0, Hint: hint}
+}
+
+// withTokenCause adds the cause of a failed IMDSv2 token request to err's
+// chain. Without the IMDSv1 fallback the SDK returns that failure wrapped
+// in its retryableError, which has no Unwrap method; its exported Err
+// field holds the cause (a refused connection, a timeout, a status).
+func withTokenCause(err error) error {
+	var r interface{ RetryableError() bool }
+	if !errors.As(err, &r) {
 		return err
 	}
-	return &IMDSHintError{Err: err, Hint: hint}
+	v := reflect.ValueOf(r)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return err
+	}
+	f := v.Elem().FieldByName("Err")
+	if !f.IsValid() || !f.CanInterface() {
+		return err
+	}
+	if cause, ok := f.Interface().(error); ok && cause != nil {
+		return errors.Join(err, cause)
+	}
+	return err
 }

@@ -39,6 +39,7 @@ func TestExplainIMDS(t *testing.T) {
 	status := func(code int) string {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Method == http.MethodPut {
+				w.Header().Set("X-aws-ec2-metadata-token-ttl-seconds", "21600")
 				w.Write([]byte("token"))
 				return
 			}

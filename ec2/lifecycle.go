@@ -111,7 +111,7 @@ func (w *Warmer) sweepLeaks(ctx context.Context) error {
 	}
 	src, now := v.src, w.now()
 	unknown := slices.ContainsFunc(src.Pending, func(p pool.PendingENI) bool { return p.ID == "" })
-	if (!unknown && src.SweptBoot == w.Mgr.BootID) || now.Sub(src.LastSweep) < sweepEvery || src.InstanceID == "" {
+	if (!unknown && src.SweptBoot == w.Mgr.BootID) || !pool.Elapsed(now, src.LastSweep, sweepEvery) || src.InstanceID == "" {
 		return nil
 	}
 	out, err := w.API.DescribeNetworkInterfaces(ctx, &ec2.DescribeNetworkInterfacesInput{Filters: []types.Filter{
@@ -125,7 +125,9 @@ func (w *Warmer) sweepLeaks(ctx context.Context) error {
 	var errs []error
 	for _, ni := range out.NetworkInterfaces {
 		id := aws.ToString(ni.NetworkInterfaceId)
-		if created, ok := createdAt(ni.TagSet); ok && now.Sub(created) < leakAge {
+		// A tag more than leakAge in the future is from before the
+		// clock went back, not from a pass still on its way to attach.
+		if created, ok := createdAt(ni.TagSet); ok && !pool.Elapsed(now, created, leakAge) {
 			young = true
 			continue
 		}
@@ -141,7 +143,7 @@ func (w *Warmer) sweepLeaks(ctx context.Context) error {
 			// Done for this boot; a young or undeletable one is looked
 			// at again after sweepEvery.
 			src.SweptBoot = w.Mgr.BootID
-			src.Pending = slices.DeleteFunc(src.Pending, func(p pool.PendingENI) bool { return p.ID == "" && now.Sub(p.Since) >= leakAge })
+			src.Pending = slices.DeleteFunc(src.Pending, func(p pool.PendingENI) bool { return p.ID == "" && pool.Elapsed(now, p.Since, leakAge) })
 			if len(src.Pending) == 0 {
 				src.Pending = nil
 			}

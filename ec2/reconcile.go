@@ -34,6 +34,11 @@ func (w *Warmer) observe(ctx context.Context, inst *pool.Instance) (pool.Drift, 
 		d = pool.Reconcile(src, inst, w.now())
 		src.VerifiedBoot = w.Mgr.BootID
 		settled = src.DropSettledLost(allocatedIn(st))
+		for _, ip := range settled {
+			// EC2 no longer assigns it, but a lagging IMDS may still
+			// list it: the next Reconcile must not take it back.
+			src.Bury(ip, w.now())
+		}
 		if d.Empty() {
 			src.Drift = ""
 		}
@@ -77,7 +82,7 @@ func (w *Warmer) describeReason(src *pool.EC2, d pool.Drift) string {
 		return "an ENI creation did not finish"
 	case !d.Empty() && d.Key() != src.Drift:
 		return "IMDS disagrees with the store: " + d.String()
-	case w.now().Sub(src.LastDescribe) >= describeEvery:
+	case pool.Elapsed(w.now(), src.LastDescribe, describeEvery):
 		return "hourly check"
 	}
 	return ""

@@ -2,6 +2,7 @@ package ec2
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -13,12 +14,17 @@ import (
 
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/fault"
 )
 
 // TagNoManage on an ENI with the value "true" keeps eni-cni (and the AWS
 // VPC CNI) away from it: none of its addresses goes to a pod, none is
 // assigned to or taken from it.
 const TagNoManage = "node.k8s.amazonaws.com/no_manage"
+
+// ErrEC2Inconsistent: EC2's answer contradicts what cannot change (the
+// primary ENI is attached), so the pass changes nothing on its word.
+var ErrEC2Inconsistent = errors.New("EC2's answer is not about this instance")
 
 // attached is what EC2 says one attached ENI holds.
 type attached struct {
@@ -40,6 +46,17 @@ func (w *Warmer) resync(ctx context.Context, why string, d pool.Drift) error {
 	if err != nil {
 		return fmt.Errorf("read EC2 back (%s): %w", why, err)
 	}
+	// The primary ENI cannot be detached: an answer without it is not
+	// about this instance (a wrong region, a read not yet consistent), and
+	// taking it for the truth would drop every ENI and flag every pod's
+	// address lost.
+	if p, ok := v.src.PrimaryENI(); ok {
+		if _, ok := truth[p.ID]; !ok {
+			return fmt.Errorf("read EC2 back (%s): %w: DescribeNetworkInterfaces of %s in %s lacks its primary ENI %s; nothing changed",
+				why, ErrEC2Inconsistent, v.src.InstanceID, v.src.Region, p.ID)
+		}
+	}
+	fault.Point("warm:resync-after-describe")
 	var report resyncReport
 	err = w.update(ctx, func(st *alloc.State, src *pool.EC2) error {
 		report = applyTruth(st, src, truth, w.now())

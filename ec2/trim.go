@@ -12,6 +12,7 @@ import (
 
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/fault"
 )
 
 // giveBack is one unassign call's worth: addresses or prefixes of one ENI.
@@ -45,6 +46,7 @@ func (w *Warmer) trim(ctx context.Context) error {
 	if err != nil || len(batches) == 0 {
 		return err
 	}
+	fault.Point("warm:after-unusable-mark")
 	var errs []error
 	for _, b := range batches {
 		if err := w.unassign(ctx, b); err != nil {
@@ -90,7 +92,9 @@ func (w *Warmer) pickSurplus(st *alloc.State, src *pool.EC2, surplus int) []give
 }
 
 // trimmable is the set of pool addresses that may be given back now: only
-// addresses warm assigned, never ones found on the instance.
+// addresses warm assigned, never ones found on the instance, and never an
+// excluded one (a VIP or an Elastic IP's address the operator put on an ENI
+// eni-cni created, whose addresses otherwise all count as its own).
 func (w *Warmer) trimmable(st *alloc.State, src *pool.EC2) map[netip.Addr]bool {
 	busy := map[netip.Addr]bool{}
 	for _, a := range st.Allocations {
@@ -99,10 +103,10 @@ func (w *Warmer) trimmable(st *alloc.State, src *pool.EC2) map[netip.Addr]bool {
 	for _, c := range st.Cooling {
 		busy[c.IP] = true
 	}
-	cutoff := w.now().Add(-w.Cfg.TrimAfter)
 	ok := map[netip.Addr]bool{}
 	for _, p := range src.Addrs {
-		if p.Origin == pool.OriginAssigned && !p.Unusable && !p.Lost && !busy[p.IP] && !p.AddedAt.After(cutoff) {
+		if p.Origin == pool.OriginAssigned && !p.Unusable && !p.Lost && !busy[p.IP] && !pool.Excluded(w.Cfg.ExcludeIPs, p.IP) &&
+			pool.Elapsed(w.now(), p.AddedAt, w.Cfg.TrimAfter) {
 			ok[p.IP] = true
 		}
 	}
@@ -139,6 +143,7 @@ func (w *Warmer) unassign(ctx context.Context, b giveBack) error {
 	if _, err := w.API.UnassignPrivateIpAddresses(ctx, in); err != nil {
 		return fmt.Errorf("unassign %s from %s (kept unusable until the next pass checks EC2): %w", describe(b.ips, b.prefixes), b.eni, err)
 	}
+	fault.Point("warm:after-unassign-before-forget")
 	err := w.update(context.WithoutCancel(ctx), func(st *alloc.State, src *pool.EC2) error {
 		w.forget(src, b)
 		return nil

@@ -17,9 +17,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/fault"
 )
 
 // API is the part of the EC2 client `warm` uses.
@@ -211,11 +213,30 @@ func (w *Warmer) refused(ctx context.Context, err error) error {
 // refusal reports whether a failed call certainly changed nothing: an
 // error from EC2 itself (after the SDK's retries) means the request was
 // rejected, and a failed dial means it never left. Anything else (a
-// timeout, a connection lost mid-call) may hide a change.
+// timeout, a connection lost mid-call, a 5xx such as InternalError, after
+// which EC2 may have carried the request out) may hide a change.
 func refusal(err error) bool {
 	var api smithy.APIError
 	var op *net.OpError
+	var resp *smithyhttp.ResponseError
+	if errors.As(err, &resp) && resp.HTTPStatusCode() >= 500 && !isThrottle(err) {
+		return false
+	}
 	return errors.As(err, &api) || (errors.As(err, &op) && op.Op == "dial")
+}
+
+// isThrottle: EC2 throttles with RequestLimitExceeded (and, for some
+// calls, a 503): the request was not carried out.
+func isThrottle(err error) bool {
+	var api smithy.APIError
+	if !errors.As(err, &api) {
+		return false
+	}
+	switch api.ErrorCode() {
+	case "RequestLimitExceeded", "Throttling", "ThrottlingException", "RequestThrottled":
+		return true
+	}
+	return false
 }
 
 func hasUnusable(src *pool.EC2) bool {
@@ -321,10 +342,12 @@ func (w *Warmer) assign(ctx context.Context, e pool.ENI, need, room int) error {
 	if err := w.setDirty(ctx, true); err != nil {
 		return err
 	}
+	fault.Point("warm:after-dirty-mark")
 	out, err := w.API.AssignPrivateIpAddresses(ctx, in)
 	if err != nil {
 		return w.refused(ctx, fmt.Errorf("assign addresses to %s: %w", e.ID, err))
 	}
+	fault.Point("warm:after-assign-before-record")
 	var ips []netip.Addr
 	for _, a := range out.AssignedPrivateIpAddresses {
 		if ip, err := netip.ParseAddr(aws.ToString(a.PrivateIpAddress)); err == nil {
@@ -338,6 +361,7 @@ func (w *Warmer) assign(ctx context.Context, e pool.ENI, need, room int) error {
 		}
 	}
 	n, err := w.record(ctx, e.ID, ips, prefixes)
+	fault.Point("warm:after-record")
 	if err == nil {
 		w.say("assigned %d addresses to %s (%s)", n, e.ID, describe(ips, prefixes))
 	}
@@ -353,7 +377,7 @@ func (w *Warmer) record(ctx context.Context, eniID string, ips []netip.Addr, pre
 		if i < 0 {
 			return fmt.Errorf("record addresses of %s: ENI not in the store", eniID)
 		}
-		src.ENIs[i].Secondary += len(ips)
+		src.ENIs[i].Secondary += uncounted(src, eniID, ips)
 		all := slices.Clone(ips)
 		for _, p := range prefixes {
 			if !slices.Contains(src.ENIs[i].Prefixes, p.Masked()) {
@@ -362,9 +386,47 @@ func (w *Warmer) record(ctx context.Context, eniID string, ips []netip.Addr, pre
 			all = append(all, pool.Expand(p)...)
 		}
 		added = src.AddAddrs(eniID, pool.OriginAssigned, all, w.now())
+		reassigned(src, eniID, all)
 		return nil
 	})
 	return added, err
+}
+
+// uncounted is how many of ips, just assigned to eniID, the ENI's slot
+// count lacks: all but those already in the pool on it and not lost (an
+// ADD's refresh read them from IMDS between the call and this record, and
+// Reconcile counted them).
+func uncounted(src *pool.EC2, eniID string, ips []netip.Addr) int {
+	counted := map[netip.Addr]bool{}
+	for _, a := range src.Addrs {
+		if a.ENI == eniID && !a.Lost {
+			counted[a.IP] = true
+		}
+	}
+	n := 0
+	for _, ip := range ips {
+		if !counted[ip] {
+			n++
+		}
+	}
+	return n
+}
+
+// reassigned makes the records of addresses EC2 has just assigned to eniID
+// say so: one already in the pool may be flagged lost (EC2 took it away
+// and now gives it back), taken in as found by an ADD's refresh racing
+// this pass, or filed under another ENI (moved behind
+// eni-cni's back). The reply is the truth.
+func reassigned(src *pool.EC2, eniID string, ips []netip.Addr) {
+	just := make(map[netip.Addr]bool, len(ips))
+	for _, ip := range ips {
+		just[ip] = true
+	}
+	for i := range src.Addrs {
+		if a := &src.Addrs[i]; just[a.IP] {
+			a.ENI, a.Lost, a.Origin = eniID, false, pool.OriginAssigned
+		}
+	}
 }
 
 func describe(ips []netip.Addr, prefixes []netip.Prefix) string {

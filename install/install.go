@@ -67,8 +67,55 @@ func DefaultLayout() Layout {
 	}
 }
 
-// In returns the path of the node path p below the root.
-func (l Layout) In(p string) string { return filepath.Join(l.Root, p) }
+// In returns the path of the node path p below the root. Below a root
+// other than the host's, the directories on the way are resolved as the
+// node itself would resolve them, with the root as /: an image whose /etc
+// is a symlink to /etc (absolute, or climbing out with ..) means its own
+// /etc, never the host's, so install and uninstall --root write and remove
+// nothing outside the tree. The last element is not resolved: writes
+// rename over it and removals remove the link itself.
+func (l Layout) In(p string) string {
+	if l.IsHostRoot() || l.Root == "" {
+		return filepath.Join(l.Root, p)
+	}
+	dir, base := path.Split(path.Clean("/" + p))
+	return filepath.Join(l.Root, resolveInRoot(l.Root, dir), base)
+}
+
+// resolveInRoot resolves the node directory dir below root, following
+// symlinks as a chroot would: absolute targets start at root and .. stops
+// at it. It returns a node path (without root) whose existing elements are
+// not symlinks. After too many links (a loop) it gives up on a name below
+// root that is not the link, so nothing is followed out of the tree.
+func resolveInRoot(root, dir string) string {
+	rest := strings.Split(strings.Trim(path.Clean(dir), "/"), "/")
+	done := "/"
+	for links := 0; len(rest) > 0; {
+		name := rest[0]
+		rest = rest[1:]
+		switch name {
+		case "", ".":
+			continue
+		case "..":
+			done = path.Dir(done)
+			continue
+		}
+		next := path.Join(done, name)
+		target, err := os.Readlink(filepath.Join(root, next))
+		if err != nil { // not a symlink, or absent: taken as it is
+			done = next
+			continue
+		}
+		if links++; links > 40 {
+			return path.Join("/.eni-cni-symlink-loop", next)
+		}
+		if path.IsAbs(target) {
+			done = "/"
+		}
+		rest = append(strings.Split(target, "/"), rest...)
+	}
+	return done
+}
 
 // IsHostRoot reports whether the layout writes to the running system.
 func (l Layout) IsHostRoot() bool { return filepath.Clean(l.Root) == "/" }

@@ -530,3 +530,108 @@ func TestLiveInstallTightensStateDirAndDropsOldBuilds(t *testing.T) {
 	run(t, steps, err, false)
 	wantFile(t, old, 0o700, "current build")
 }
+
+// TestHostileRootStaysInside: a tree given as --root whose directories are
+// symlinks out of it (an image's /etc -> the host's /etc, an absolute
+// /opt/cni -> /opt/cni) must not make install or uninstall write or remove
+// anything outside the root: an absolute link is read as the image would
+// read it, relative to the root.
+func TestHostileRootStaysInside(t *testing.T) {
+	host := t.TempDir() // stands for the host's /etc and /opt
+	for _, d := range []string{"etc/cni/net.d", "opt/cni/bin", "etc/systemd/system", "var/lib/eni-cni"} {
+		if err := os.MkdirAll(filepath.Join(host, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	foreign := filepath.Join(host, "etc/cni/net.d/10-eni-cni.conflist")
+	if err := os.WriteFile(foreign, []byte("host's own\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(host, "var/lib/eni-cni/state.json"), []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := tree(t, host)
+
+	root := t.TempDir()
+	for _, d := range []string{"opt", "var/lib"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	links := map[string]string{
+		"etc":             filepath.Join(host, "etc"),               // absolute, out of the root
+		"opt/cni":         "../../../../../../" + host + "/opt/cni", // relative, climbing out
+		"var/lib/eni-cni": filepath.Join(host, "var/lib/eni-cni"),
+	}
+	for l, target := range links {
+		if err := os.Symlink(target, filepath.Join(root, l)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in := newInstall(t, root)
+	in.Timers = TimersSystemd
+	steps, err := in.Plan()
+	_ = run(t, steps, err, false)
+	u := &Uninstall{Layout: in.Layout, Purge: true, CacheDirs: []string{"/var/lib/eni-cni/.bin"}}
+	steps, err = u.Plan()
+	_ = run(t, steps, err, false)
+
+	if after := tree(t, host); !maps.Equal(before, after) {
+		t.Errorf("install/uninstall --root %s changed the tree its symlinks point at:\nbefore %v\nafter  %v", root, before, after)
+	}
+}
+
+func TestInResolvesLinksInsideTheRoot(t *testing.T) {
+	root := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(root, "usr/etc"), 0o755))
+	must(os.Symlink("/usr/etc", filepath.Join(root, "etc")))   // absolute: the image's own
+	must(os.Symlink("../../../..", filepath.Join(root, "up"))) // climbs: stops at the root
+	must(os.Symlink("loop", filepath.Join(root, "loop")))      // a loop
+	l := Layout{Root: root}
+	for p, want := range map[string]string{
+		"/etc/cni/net.d/x": "/usr/etc/cni/net.d/x",
+		"/up/etc/x":        "/usr/etc/x",
+		"/etc":             "/etc", // the last element itself is not followed
+	} {
+		if got := l.In(p); got != filepath.Join(root, want) {
+			t.Errorf("In(%s) = %s, want %s", p, got, filepath.Join(root, want))
+		}
+	}
+	if got := l.In("/loop/x"); !strings.HasPrefix(got, root+"/") || strings.HasPrefix(got, filepath.Join(root, "loop")) {
+		t.Errorf("In(/loop/x) = %s: follows the loop or leaves the root", got)
+	}
+}
+
+// TestPurgeKeepsADirectoryThatIsNotOurs: --purge removes the state
+// directory the conflist names; a stateDir of /var/lib (a typo, a shared
+// directory) must not take the other programs' directories with it.
+func TestPurgeKeepsADirectoryThatIsNotOurs(t *testing.T) {
+	root := t.TempDir()
+	l := DefaultLayout()
+	l.Root, l.StateDir = root, "/var/lib"
+	dpkg := filepath.Join(root, "var/lib/dpkg/status")
+	if err := os.MkdirAll(filepath.Dir(dpkg), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dpkg, []byte("Package: x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "var/lib/state.json"), []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	u := &Uninstall{Layout: l, Purge: true, CacheDirs: []string{"/var/lib/.bin"}}
+	steps, err := u.Plan()
+	out := run(t, steps, err, false)
+	if _, err := os.Stat(dpkg); err != nil {
+		t.Fatalf("--purge with stateDir /var/lib removed another program's files: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "not only eni-cni's") {
+		t.Errorf("the refusal is not reported:\n%s", out)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 )
 
 // Uninstall describes the removal of eni-cni from a node.
@@ -22,6 +23,9 @@ type Uninstall struct {
 	// CacheDirs are node paths of the unpacked full build (always removed:
 	// a cache).
 	CacheDirs []string
+	// ForeignConflist is set (to why) when the file at ConfPath is not an
+	// eni-cni conflist: another plugin's network, which is kept.
+	ForeignConflist string
 	// Network are the caller's steps that undo the kernel side (veths,
 	// rules, ENI route tables, the SNAT chain); they run after the timers
 	// are stopped and the conflist is gone, so nothing puts them back.
@@ -41,7 +45,11 @@ func (u *Uninstall) Plan() ([]Step, error) {
 	}
 	steps := append([]Step{}, u.Notes...)
 	steps = append(steps, u.timerSteps()...)
-	steps = append(steps, removeStep(u.Layout, u.ConfPath(), false, "the network configuration"))
+	if u.ForeignConflist != "" {
+		steps = append(steps, Note("kept %s: %s", u.In(u.ConfPath()), u.ForeignConflist))
+	} else {
+		steps = append(steps, removeStep(u.Layout, u.ConfPath(), false, "the network configuration"))
+	}
 	steps = append(steps, u.Network...)
 	steps = append(steps, removeStep(u.Layout, u.BinPath(), false, "the plugin"))
 	steps = append(steps, u.stateSteps()...)
@@ -96,11 +104,17 @@ func appendIfPresent(list []string, l Layout, p string) []string {
 func (u *Uninstall) stateSteps() []Step {
 	var steps []Step
 	dir := u.In(u.StateDir)
-	if u.Purge {
-		steps = append(steps, removeStep(u.Layout, u.StateDir, true, "state directory (--purge)"))
+	purge := u.Purge
+	if purge {
+		if foreign := foreignEntries(dir); len(foreign) > 0 {
+			purge = false
+			steps = append(steps, Note("WARNING: kept %s (--purge): it holds %s, not only eni-cni's; remove eni-cni's state files there by hand", dir, strings.Join(foreign, ", ")))
+		} else {
+			steps = append(steps, removeStep(u.Layout, u.StateDir, true, "state directory (--purge)"))
+		}
 	}
 	for _, c := range u.CacheDirs {
-		if u.Purge && isBelow(c, u.StateDir) {
+		if purge && isBelow(c, u.StateDir) {
 			continue
 		}
 		steps = append(steps, removeStep(u.Layout, c, true, "cache of the unpacked full build"))
@@ -116,6 +130,27 @@ func (u *Uninstall) stateSteps() []Step {
 		steps = append(steps, Note("kept %s (the addresses pods hold; uninstall %s removes it)", dir, how))
 	}
 	return steps
+}
+
+// foreignEntries lists what in the state directory eni-cni does not
+// create: a subdirectory other than the cache, a symlink, a device. The
+// directory comes from the conflist's stateDir, and a --purge of /var/lib
+// or / must not take every other program's files with it.
+func foreignEntries(dir string) []string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		if e.Type().IsRegular() || (e.Name() == ".bin" && e.IsDir()) {
+			continue
+		}
+		if out = append(out, e.Name()); len(out) == 5 {
+			return append(out, "...")
+		}
+	}
+	return out
 }
 
 func isBelow(p, dir string) bool {

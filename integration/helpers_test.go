@@ -424,11 +424,6 @@ func runIn(ctx context.Context, nsPath string, env map[string]string, stdin []by
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + nsPath, "--"}, argv...)...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
-	if dir := os.Getenv("ENI_CNI_CACHE_DIR"); dir != "" {
-		// TestMain's cache of the full build: without it gc and warm
-		// unpack it into this machine's /var/lib/eni-cni/.bin.
-		cmd.Env = append(cmd.Env, "ENI_CNI_CACHE_DIR="+dir)
-	}
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}

@@ -19,16 +19,6 @@ func run(m *testing.M) int {
 		fmt.Println("integration: skipping all tests: they need root to create network namespaces, veths, routes and rules")
 		return 0
 	}
-	if os.Getenv("ENI_CNI_CACHE_DIR") == "" {
-		// Where the lean binary unpacks its full build (gc, warm): not /var/lib.
-		cache, err := os.MkdirTemp("", "eni-cni-integration-cache-")
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "integration: %v\n", err)
-			return 1
-		}
-		defer os.RemoveAll(cache)
-		os.Setenv("ENI_CNI_CACHE_DIR", cache)
-	}
 	for _, tool := range []string{"nsenter", "ping"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			fmt.Fprintf(os.Stderr, "integration: %s not found in PATH (util-linux, iputils-ping; see scripts/install-test-deps.sh)\n", tool)

@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"sync"
+	"syscall"
 
 	"github.com/gofrs/flock"
 )
@@ -37,10 +38,17 @@ func Open(path string, maxSize int64, keep int) (*Writer, error) {
 	return &Writer{path: path, maxSize: maxSize, keep: max(keep, 1), f: f}, nil
 }
 
+// openAppend opens the log without following a symlink, and only if it is
+// a regular file: we run as root, and a link planted where the log goes (a
+// directory others can write) would have us append to any file it names.
 func openAppend(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open log %s: %w", path, err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("open log %s: not a regular file", path)
 	}
 	return f, nil
 }

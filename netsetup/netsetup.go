@@ -22,6 +22,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/eni-cni/eni-cni/fault"
 )
 
 // GatewayIP is the pod's link-local gateway, pinned in the pod's neighbour
@@ -97,6 +99,7 @@ func Setup(p Pod) (l Links, err error) {
 	if err != nil {
 		return l, err
 	}
+	fault.Point("add:after-veth")
 	defer func() {
 		switch {
 		case errors.Is(err, ErrRouteTaken):
@@ -113,6 +116,7 @@ func Setup(p Pod) (l Links, err error) {
 	if l.PodMAC, err = configurePod(p, podNS, l.HostMAC); err != nil {
 		return l, err
 	}
+	fault.Point("add:after-pod-config")
 	if err = configureHost(p, host); err != nil {
 		return l, err
 	}
@@ -212,6 +216,7 @@ func configureHost(p Pod, host netlink.Link) error {
 			return err
 		}
 	}
+	fault.Point("add:after-host-route")
 	if err := addRule(toPodRule(p.IP)); err != nil {
 		return fmt.Errorf("add rule to %s lookup main: %w", p.IP, err)
 	}

@@ -10,6 +10,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
+
+	"github.com/eni-cni/eni-cni/fault"
 )
 
 // Attachment names what Setup made for one pod address on the node.
@@ -46,6 +48,7 @@ func Unroute(atts []Attachment) error {
 	if len(ips) == 0 {
 		return errors.Join(errs...)
 	}
+	fault.Point("unroute:after-routes")
 	rules, err := netlinksafe.RuleList(unix.AF_INET)
 	if err != nil {
 		return errors.Join(append(errs, fmt.Errorf("list rules: %w", err))...)

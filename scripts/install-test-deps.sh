@@ -4,15 +4,20 @@
 # version is skipped. Quiet unless something fails; prints one line per thing
 # it installs, with how long it took.
 #
-# Usage: scripts/install-test-deps.sh [--with-containerd2] [--tools DIR] [--no-apt] [-v]
+# Usage: scripts/install-test-deps.sh [--with-containerd2] [--with-kubelet] [--tools DIR] [--no-apt] [-v]
 #
 #   --with-containerd2  also build containerd v2 (containerd, ctr,
 #                       containerd-shim-runc-v2) into $TOOLS/containerd2/bin
 #                       (same as ENI_CNI_CONTAINERD2=1)
+#   --with-kubelet      also build kubelet v1.34.2 from the module proxy into
+#                       $TOOLS/kubelet-v1.34.2/kubelet (6-20 min once; then
+#                       cached: same as ENI_CNI_KUBELET=1)
 #   --tools DIR         tools root (same as ENI_CNI_TOOLS; default /opt/eni-cni-test)
 #   --no-apt            do not check or install Debian packages (ENI_CNI_SKIP_APT=1)
+#   --check-runtime     only say whether a containerd or runc other than Debian's
+#                       is here (exit 1, with what and why, if so); installs nothing
 #   -v, --verbose       show build output as it happens
-# Env: ENI_CNI_TOOLS, ENI_CNI_CONTAINERD2=1, ENI_CNI_SKIP_APT=1 (as above);
+# Env: ENI_CNI_TOOLS, ENI_CNI_CONTAINERD2=1, ENI_CNI_KUBELET=1, ENI_CNI_SKIP_APT=1 (as above);
 #   ENI_CNI_FORCE_WRAPPER=1 builds Go tools through a throwaway wrapper module
 #   (go get mod@version + go build -mod=mod) without trying "go install" first.
 #
@@ -22,7 +27,14 @@
 #   $TOOLS/bin/crictl                              CRI CLI v1.30.0
 #   $TOOLS/pause.tar                               docker-archive, tag localhost/eni-cni/pause:test
 #   $TOOLS/containerd2/bin/...                     with --with-containerd2
-# plus apt: iproute2 iptables iputils-ping jq containerd runc time.
+#   $TOOLS/kubelet-v1.34.2/kubelet (+ kubelet.stamp)  with --with-kubelet
+# plus apt: iproute2 iptables iputils-ping jq curl containerd runc time, each
+# only if missing. A container runtime that Debian's containerd/runc packages
+# would replace or shadow (Docker's containerd.io, a hand-installed binary) is
+# never touched: the script stops and says so (see check_runtime).
+#
+# Every Go tool is checked before anything is built (module version, or a
+# stamp naming the recipe): a second run builds nothing.
 set -euo pipefail
 
 PLUGINS_MOD=github.com/containernetworking/plugins
@@ -34,28 +46,74 @@ CRITOOLS_VER=v1.30.0
 K8S_STAGING_VER=v0.30.0
 CONTAINERD2_MOD=github.com/containerd/containerd/v2
 CONTAINERD2_VER=v2.4.2
+KUBE_MOD=k8s.io/kubernetes
+KUBE_VER=v1.34.2
+KUBE_STAGING_VER=v0.34.2
 PAUSE_TAG=localhost/eni-cni/pause:test
-APT_PACKAGES=(iproute2 iptables iputils-ping jq containerd runc time)
+APT_PACKAGES=(iproute2 iptables iputils-ping jq curl containerd runc time yq)
+# Debian packages that carry a container runtime: each must be Debian's own
+# or absent, never installed over another one.
+RUNTIME_PACKAGES=(containerd runc)
 
 TOOLS=${ENI_CNI_TOOLS:-/opt/eni-cni-test}
 WITH_CONTAINERD2=${ENI_CNI_CONTAINERD2:-0}
+WITH_KUBELET=${ENI_CNI_KUBELET:-0}
 SKIP_APT=${ENI_CNI_SKIP_APT:-0}
 VERBOSE=0
+CHECK_ONLY=0
 
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
 
 while [ $# -gt 0 ]; do
 	case $1 in
 	--with-containerd2) WITH_CONTAINERD2=1 ;;
+	--with-kubelet) WITH_KUBELET=1 ;;
 	--tools) TOOLS=$2; shift ;;
 	--tools=*) TOOLS=${1#--tools=} ;;
 	--no-apt) SKIP_APT=1 ;;
+	--check-runtime) CHECK_ONLY=1 ;;
 	-v | --verbose) VERBOSE=1 ;;
 	-h | --help) usage; exit 0 ;;
 	*) echo "install-test-deps: unknown argument: $1" >&2; usage >&2; exit 2 ;;
 	esac
 	shift
 done
+
+deb_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
+
+# check_runtime: refuse, with the reason, to install Debian's containerd or
+# runc on a machine that runs another build of them: Docker's containerd.io
+# (it conflicts with them: apt would remove it, and Docker with it), or a
+# binary in PATH that no Debian package of that name owns (a hand install,
+# which the tests would pick up instead of Debian's).
+check_runtime() {
+	local p path owner bad=()
+	for p in "${RUNTIME_PACKAGES[@]}"; do
+		path=$(command -v "$p" 2>/dev/null) || continue
+		owner=$(dpkg-query -S "$path" 2>/dev/null | head -n 1 | cut -d: -f1) || owner=
+		if [ -z "$owner" ]; then
+			owner=$(dpkg-query -S "$(readlink -f "$path")" 2>/dev/null | head -n 1 | cut -d: -f1) || owner=
+		fi
+		[ "$owner" = "$p" ] || bad+=("$path (${owner:+package $owner}${owner:-installed by hand, no package owns it})")
+	done
+	for p in containerd.io docker-ce moby-containerd moby-runc; do
+		deb_installed "$p" && bad+=("package $p")
+	done
+	[ ${#bad[@]} -eq 0 ] && return 0
+	{
+		echo "install-test-deps: this machine has a container runtime that is not Debian's containerd/runc:"
+		printf '  %s\n' "${bad[@]}"
+		echo "The tests need Debian's containerd (1.6) and runc, and will not install them over another"
+		echo "runtime (apt would replace or shadow it). Run the tests on a machine or VM without it, or,"
+		echo "to use what is installed at your own risk, pass --no-apt (ENI_CNI_SKIP_APT=1)."
+	} >&2
+	return 1
+}
+
+if [ "$CHECK_ONLY" = 1 ]; then
+	check_runtime && echo "install-test-deps: no foreign containerd or runc here"
+	exit
+fi
 
 case $TOOLS in /*) ;; *) TOOLS=$PWD/$TOOLS ;; esac
 BIN=$TOOLS/bin
@@ -131,12 +189,22 @@ go_build_static() {
 }
 
 # ---------------------------------------------------------------- apt
+# apt_removes PKG...: the packages "apt-get install PKG..." would remove.
+apt_removes() { apt-get -s install --no-install-recommends "$@" 2>/dev/null | awk '$1 == "Remv" { print $2 }'; }
+
 install_apt() {
-	local missing=() p
+	local missing=() p gone
+	check_runtime || exit 1
 	for p in "${APT_PACKAGES[@]}"; do
-		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+		deb_installed "$p" || missing+=("$p")
 	done
 	[ ${#missing[@]} -eq 0 ] && return 0
+	# Installing only what is missing must never take anything away.
+	gone=$(apt_removes "${missing[@]}")
+	if [ -n "$gone" ]; then
+		echo "install-test-deps: apt-get install ${missing[*]} would remove: $(tr '\n' ' ' <<<"$gone"); not doing it" >&2
+		exit 1
+	fi
 	do_apt() {
 		export DEBIAN_FRONTEND=noninteractive
 		if ! apt-get install -y --no-install-recommends "${missing[@]}"; then
@@ -271,6 +339,70 @@ install_containerd2() {
 	GOINSTALL_FLAGS=("${saved[@]}")
 }
 
+# ---------------------------------------------------------------- kubelet
+KUBELET_DIR=$TOOLS/kubelet-$KUBE_VER
+
+# kubelet_stamp: the recipe; same stamp = same binary.
+kubelet_stamp() {
+	echo "$KUBE_MOD $KUBE_VER cmd/kubelet, staging replaced by k8s.io/* $KUBE_STAGING_VER, CGO_ENABLED=0 $(go env GOOS)/$(go env GOARCH)"
+}
+
+# kubelet_from_recipe BIN: BIN is a kubelet built from $KUBE_MOD with the
+# staging modules replaced by the published $KUBE_STAGING_VER ones: what
+# the build info shows even when the main module's version is "(devel)"
+# (built from a copy of the module, as here).
+kubelet_from_recipe() {
+	[ -x "$1" ] || return 1
+	go version -m "$1" 2>/dev/null | awk -v v="$KUBE_STAGING_VER" '
+		$1 == "path" && $2 == "k8s.io/kubernetes/cmd/kubelet" { path = 1 }
+		($1 == "dep" || $1 == "=>") && $2 == "k8s.io/kubelet" && $3 == v { dep = 1 }
+		END { exit !(path && dep) }'
+}
+
+# build_kubelet: the recipe of notes/e2e-environment.md. The module is
+# copied out of the module cache, its vendor/ and go.work dropped, and each
+# "k8s.io/<x> => ./staging/src/k8s.io/<x>" replace pointed at the published
+# k8s.io/<x> module of the same release.
+build_kubelet() {
+	local src dst=$WORK/kubernetes n pkg=k8s.io/component-base/version major minor
+	major=${KUBE_VER#v}
+	minor=${major#*.}
+	major=${major%%.*} minor=${minor%%.*}
+	src=$(go mod download -json "$KUBE_MOD@$KUBE_VER" | jq -r '.Dir // empty')
+	if [ -z "$src" ] || [ ! -d "$src" ]; then echo "go mod download $KUBE_MOD@$KUBE_VER gave no Dir" >&2; return 1; fi
+	cp -r "$src" "$dst"
+	chmod -R u+w "$dst"
+	rm -rf "$dst/vendor" "$dst/go.work" "$dst/go.work.sum"
+	sed -i -E "s#^(\s*)k8s\.io/([^ ]+) => \./staging/src/k8s\.io/[^ ]+\$#\1k8s.io/\2 => k8s.io/\2 $KUBE_STAGING_VER#" "$dst/go.mod"
+	n=$(grep -c 'staging/src' "$dst/go.mod" || true)
+	if [ "$n" != 0 ]; then
+		echo "unrewritten staging replaces in kubernetes go.mod:" >&2
+		grep 'staging/src' "$dst/go.mod" >&2
+		return 1
+	fi
+	mkdir -p "$KUBELET_DIR"
+	(cd "$dst" && GOWORK=off CGO_ENABLED=0 go build -mod=mod -trimpath \
+		-ldflags "-s -w -X $pkg.gitVersion=$KUBE_VER -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean" \
+		-o "$KUBELET_DIR/kubelet.new" ./cmd/kubelet)
+	"$KUBELET_DIR/kubelet.new" --version
+	kubelet_from_recipe "$KUBELET_DIR/kubelet.new" || { echo "the new kubelet does not show the recipe's build info" >&2; return 1; }
+	mv "$KUBELET_DIR/kubelet.new" "$KUBELET_DIR/kubelet"
+	kubelet_stamp >"$KUBELET_DIR/kubelet.stamp"
+}
+
+install_kubelet() {
+	local bin=$KUBELET_DIR/kubelet
+	if [ -x "$bin" ] && [ "$(cat "$KUBELET_DIR/kubelet.stamp" 2>/dev/null)" = "$(kubelet_stamp)" ]; then
+		return 0
+	fi
+	# Built by the same recipe without a stamp (e.g. by hand): keep it.
+	if kubelet_from_recipe "$bin"; then
+		kubelet_stamp >"$KUBELET_DIR/kubelet.stamp"
+		return 0
+	fi
+	run_step "kubelet $KUBE_VER -> $bin" build_kubelet
+}
+
 GOINSTALL_FLAGS=(-trimpath -ldflags=-s\ -w)
 
 command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
@@ -281,3 +413,4 @@ install_cnitool
 install_crictl
 install_pause
 case $WITH_CONTAINERD2 in 1 | true | yes) install_containerd2 ;; esac
+case $WITH_KUBELET in 1 | true | yes) install_kubelet ;; esac

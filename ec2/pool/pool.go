@@ -99,3 +99,13 @@ type WarmConfig struct {
 	// given back, so a burst of pods does not make warm flap.
 	TrimAfter time.Duration
 }
+
+// Elapsed reports whether d has passed since the wall-clock stamp t. A
+// stamp more than d in the future also counts: the clock went back (an RTC
+// set wrong at boot, then corrected by NTP), t's real age is unknown, and
+// waiting for the clock to catch up could stop a safety net for a year. A
+// small step back (less than d) only delays it, by less than d.
+func Elapsed(now, t time.Time, d time.Duration) bool {
+	age := now.Sub(t)
+	return age >= d || age < -d
+}

@@ -78,28 +78,35 @@ func Reconcile(s *EC2, inst *Instance, now time.Time) Drift {
 		if e.Unverified {
 			d.NewENIs = append(d.NewENIs, info.ID)
 		}
-		var addrs []netip.Addr
-		for _, a := range info.Secondary {
-			addrs = append(addrs, a)
+		// An address (or prefix) found here takes one of the ENI's slots
+		// the store did not count: counting it keeps warm from asking EC2
+		// for more than the ENI holds. Tombstoned ones (IMDS lagging an
+		// unassign) are neither taken in nor counted.
+		take := func(addrs []netip.Addr) int {
+			for _, a := range addrs {
+				listed[a] = true
+			}
+			fresh := slices.DeleteFunc(slices.Clone(addrs), func(a netip.Addr) bool { return a == info.PrimaryIP || s.Tombstoned(a, now) })
+			return s.AddAddrs(info.ID, e.FoundOrigin(), fresh, now)
 		}
+		n := take(info.Secondary)
+		e.Secondary += n
+		d.Found += n
 		for _, p := range info.Prefixes {
-			addrs = append(addrs, Expand(p)...)
+			n := take(Expand(p))
+			if n > 0 && !slices.Contains(e.Prefixes, p.Masked()) {
+				e.Prefixes = append(e.Prefixes, p.Masked())
+			}
+			d.Found += n
 		}
-		for _, a := range addrs {
-			listed[a] = true
-		}
-		fresh := slices.DeleteFunc(addrs, func(a netip.Addr) bool { return a == info.PrimaryIP || s.Tombstoned(a, now) })
-		origin := e.FoundOrigin()
-		d.Found += s.AddAddrs(info.ID, origin, fresh, now)
 	}
-	old := now.Add(-IMDSGrace)
 	for _, e := range s.ENIs {
 		if !attached[e.ID] {
 			d.GoneENIs = append(d.GoneENIs, e.ID)
 		}
 	}
 	for _, a := range s.Addrs {
-		if attached[a.ENI] && !listed[a.IP] && !a.Lost && a.AddedAt.Before(old) {
+		if attached[a.ENI] && !listed[a.IP] && !a.Lost && Elapsed(now, a.AddedAt, IMDSGrace) {
 			d.GoneAddrs = append(d.GoneAddrs, a.IP)
 		}
 	}

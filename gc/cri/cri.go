@@ -10,9 +10,12 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"os"
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -34,6 +37,10 @@ var (
 	ErrNotCRIRuntime = errors.New("not a cri v1 runtime")
 	// ErrTimeout: the runtime did not answer within the client's timeout.
 	ErrTimeout = errors.New("cri runtime did not answer in time")
+	// ErrUntrustedPeer: the process serving the socket is not root's. A
+	// listing decides which addresses gc frees; only a runtime running as
+	// root (as containerd and CRI-O do) may give it.
+	ErrUntrustedPeer = errors.New("cri socket is not served by root")
 )
 
 // DefaultTimeout bounds every CRI call when NewClient is given 0.
@@ -95,6 +102,12 @@ func (c *Client) Endpoint() Endpoint { return c.ep }
 func (c *Client) dial(ctx context.Context, _ string) (net.Conn, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", c.ep.Path)
+	if err == nil {
+		if err = checkPeer(conn); err != nil {
+			conn.Close()
+			conn = nil
+		}
+	}
 	c.mu.Lock()
 	c.dialed, c.dialErr = true, err
 	c.mu.Unlock()
@@ -175,8 +188,35 @@ func (c *Client) wrap(op string, err error) error {
 	return fmt.Errorf("%s: %w", at, err)
 }
 
+// checkPeer asks the kernel who serves the socket (SO_PEERCRED): root, or
+// the user running gc (tests without root).
+func checkPeer(conn net.Conn) error {
+	uc, ok := conn.(*net.UnixConn)
+	if !ok {
+		return nil
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
+		return err
+	}
+	if cerr != nil {
+		return fmt.Errorf("peer credentials: %w", cerr)
+	}
+	if cred.Uid != 0 && int(cred.Uid) != os.Geteuid() {
+		return fmt.Errorf("%w: pid %d runs as uid %d", ErrUntrustedPeer, cred.Pid, cred.Uid)
+	}
+	return nil
+}
+
 func dialHint(err error) string {
 	switch {
+	case errors.Is(err, ErrUntrustedPeer):
+		return "refused"
 	case errors.Is(err, fs.ErrNotExist):
 		return "no socket at that path"
 	case errors.Is(err, syscall.ECONNREFUSED):

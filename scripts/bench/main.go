@@ -12,9 +12,11 @@
 // Phases: exec floor (VERSION), sequential ADD/CHECK/DEL, bursts of
 // concurrent ADDs and DELs, DEL after the netns is gone, an optional perf
 // profile of exec'ed ADDs, `eni-cni gc`/GC verb/`list` against an in-process
-// CRI fake, EC2 call counts from the in-process EC2 fake, and an in-process
-// pprof CPU profile of the ADD code path. Results: a table on stdout, and
-// samples.csv, results.json, table.txt, the profiles and BENCHMARKS.md.
+// CRI fake, EC2 call counts from the in-process EC2 fake, an in-process
+// pprof CPU profile of the ADD code path, and bursts of static pods through
+// a real kubelet and containerd (scripts/e2e/kubelet.sh --bench; alone with
+// -only kubelet). Results: a table on stdout, and samples.csv,
+// results.json, table.txt, the profiles and BENCHMARKS.md.
 //
 // Run as root from the repository root: go run ./scripts/bench -h
 package main
@@ -60,6 +62,8 @@ type config struct {
 	mtu         int
 	quick       bool
 	only        string
+	kubeRounds  int
+	kubePods    int
 }
 
 func parseFlags(args []string) (config, error) {
@@ -93,7 +97,10 @@ func parseFlags(args []string) (config, error) {
 	fs.Float64Var(&c.cooldown, "cooldown", 5, "eni-cni cooldownSeconds, at least 5 (the default 30 would exhaust the /24 between phases)")
 	fs.IntVar(&c.mtu, "mtu", 9001, "MTU of both plugins")
 	fs.BoolVar(&c.quick, "quick", false, "small counts for a quick check (explicit flags still win)")
-	fs.StringVar(&c.only, "only", "", "run one part only and print it, writing no report: \"ec2\" (the EC2 call counts; no root needed)")
+	fs.StringVar(&c.only, "only", "", "run one part only and print it, writing no report: \"ec2\" (the EC2 call counts; no root needed), "+
+		"\"kubelet\" (the kubelet burst)")
+	fs.IntVar(&c.kubeRounds, "kubelet-rounds", 3, "kubelet burst: rounds per plugin")
+	fs.IntVar(&c.kubePods, "kubelet-pods", 20, "kubelet burst: static pod manifests written at once")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -101,9 +108,10 @@ func parseFlags(args []string) (config, error) {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		quick := map[string]*int{"n": &c.n, "burst": &c.burst, "burst-rounds": &c.burstRounds, "gone": &c.gone,
-			"exec-n": &c.execN, "gc-reps": &c.gcReps, "gc-rounds": &c.gcRounds, "profile-adds": &c.profileAdds, "perf-n": &c.perfN}
+			"exec-n": &c.execN, "gc-reps": &c.gcReps, "gc-rounds": &c.gcRounds, "profile-adds": &c.profileAdds, "perf-n": &c.perfN,
+			"kubelet-rounds": &c.kubeRounds}
 		vals := map[string]int{"n": 40, "burst": 20, "burst-rounds": 2, "gone": 10, "exec-n": 40, "gc-reps": 3,
-			"gc-rounds": 1, "profile-adds": 300, "perf-n": 20}
+			"gc-rounds": 1, "profile-adds": 300, "perf-n": 20, "kubelet-rounds": 1}
 		for k, p := range quick {
 			if !set[k] {
 				*p = vals[k]
@@ -119,8 +127,10 @@ func parseFlags(args []string) (config, error) {
 		return c, errors.New("-gc-allocs must be 1..250, -gc-dead <= -gc-allocs, -gc-sandboxes >= live allocations")
 	case c.gone < 1 || c.execN < 1 || c.gcReps < 1 || c.gcRounds < 1:
 		return c, errors.New("-gone, -exec-n, -gc-reps and -gc-rounds must be >= 1")
-	case c.only != "" && c.only != "ec2":
-		return c, errors.New(`-only must be "ec2"`)
+	case c.only != "" && c.only != "ec2" && c.only != "kubelet":
+		return c, errors.New(`-only must be "ec2" or "kubelet"`)
+	case c.kubeRounds < 1 || c.kubePods < 1 || c.kubePods > 100:
+		return c, errors.New("-kubelet-rounds must be >= 1 and -kubelet-pods 1..100")
 	}
 	return c, nil
 }
@@ -158,7 +168,11 @@ func run() int {
 	}
 	b := newBench(cfg)
 	defer b.cleanup() // also runs while a panic of this goroutine unwinds
-	if err := b.run(ctx); err != nil {
+	runFn := b.run
+	if cfg.only == "kubelet" {
+		runFn = b.runKubeletOnly
+	}
+	if err := runFn(ctx); err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("interrupted: %w", err)
 		}
@@ -187,6 +201,7 @@ func (b *bench) run(ctx context.Context) error {
 		{"gc and list", b.phaseGC},
 		{"EC2 call counts", b.phaseEC2},
 		{"pprof of the ADD code path", b.phaseProfile},
+		{"kubelet burst (real kubelet + containerd)", b.phaseKubelet},
 	}
 	for _, p := range phases {
 		if err := ctx.Err(); err != nil {

@@ -35,6 +35,7 @@ type results struct {
 	Targets      []target    `json:"targets"`
 	Steps        []stepRow   `json:"inProcessSteps"`
 	EC2          []ec2Calls  `json:"ec2"`
+	Kubelet      *kubeBench  `json:"kubelet,omitempty"`
 	CRICalls     string      `json:"criCalls"`
 	JSONCost     string      `json:"jsonCost"`
 	Floors       []floorRow  `json:"floors"`
@@ -306,6 +307,8 @@ func (b *bench) buildTables() {
 			fmt.Sprintf("%d EC2 calls, %d IMDS reads", x.EC2Total, x.IMDS), "n/a", "–"})
 	}
 
+	b.kubeletRows()
+
 	// Targets.
 	add := func(name string, measured float64, mfmt string, limit float64, lfmt string) {
 		v, ok := verdict(measured, limit)
@@ -529,6 +532,7 @@ func (b *bench) writeMarkdown(path string) error {
 		b.cfg.gcAllocs, b.cfg.gcSandboxes, b.cfg.gcDead)
 	p("`eni-cni gc --grace 0s` frees those %d (veths torn down, one save); the CNI GC verb does the same from `cni.dev/valid-attachments`. CRI calls served: %s.\n", b.cfg.gcDead, r.CRICalls)
 	p("- EC2: `ec2fake` + `ec2.Warmer` in process with a hand-moved clock, the scenario of `TestWarmCreatesENIsUpToLimit` (m5.large, warmIPTarget 5, warm every 5th pod and when ADD finds the pool empty), then 120 warm passes 30 s apart.\n")
+	p("%s", b.kubeletMethod())
 	p("- Profiles: the ADD code path run in process %d times (the repository's `alloc.Manager` on the disk store + `netsetup.Setup` + result printing, as `cni.go`/`plugin.go` wire them) under `runtime/pprof`, ",
 		b.cfg.profileAdds)
 	p("ADDs and DELs profiled separately (`_out/bench/add-cpu.pprof`, `del-cpu.pprof`); per-step wall times from timers around the same calls. ")
@@ -724,5 +728,5 @@ func (c config) String() string {
 	if c.sharedNode {
 		s += " -shared-node"
 	}
-	return s
+	return s + fmt.Sprintf(" -kubelet-rounds %d -kubelet-pods %d", c.kubeRounds, c.kubePods)
 }

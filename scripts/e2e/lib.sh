@@ -48,6 +48,11 @@
 #   e2e_check_clean               fail, listing them, if things of this run are left
 #   e2e_cleanup                   undo everything (EXIT trap), graceful then forced
 #   e2e_now / e2e_since T         timestamps / elapsed seconds
+#   e2e_host_lock                 wait for, then hold, the machine-wide lock of suites that
+#                                 touch the host (network namespace, kubelet's fixed paths)
+#   e2e_save_sysctls KEY...       remember sysctls (e.g. net.ipv4.ip_forward) of the host
+#   e2e_restore_sysctls           put them back and say which ones changed (EXIT trap)
+#   e2e_free_port                 a free TCP port on 127.0.0.1 (for private listeners)
 #
 # Settings (set before e2e_init / e2e_start_containerd; defaults in brackets):
 #   E2E_TOOLS             tools dir of scripts/install-test-deps.sh [${ENI_CNI_TOOLS:-/opt/eni-cni-test}]
@@ -66,6 +71,10 @@
 #   E2E_LOG_LEVEL         containerd log level [info]
 #   E2E_KEEP_RUN          1 = e2e_cleanup keeps the run dir (logs) [0]
 #   E2E_CLEANUP_RESTART   1 = e2e_cleanup restarts a dead containerd to remove left pods [1]
+#   E2E_NETNS             run containerd (and so every CNI call) in this network namespace
+#                         (a path such as /run/netns/NAME) instead of the caller's [unset]
+#   E2E_HOST_LOCK         lock file of e2e_host_lock [/run/eni-cni-test/host.lock]
+#   E2E_HOST_LOCK_WAIT    seconds e2e_host_lock waits before giving up [3600]
 # Exported by e2e_init / e2e_start_containerd:
 #   E2E_RUN, E2E_SOCK (path), E2E_ENDPOINT (unix://...), E2E_CRICTL_CONFIG,
 #   E2E_CONTAINERD_CONFIG, E2E_CONTAINERD_LOG, E2E_CONTAINERD_PID,
@@ -81,6 +90,8 @@
 : "${E2E_START_TIMEOUT:=20}"
 : "${E2E_WAIT_NETWORK_READY:=1}"
 : "${E2E_LOG_LEVEL:=info}"
+: "${E2E_HOST_LOCK:=/run/eni-cni-test/host.lock}"
+: "${E2E_HOST_LOCK_WAIT:=3600}"
 
 # ------------------------------------------------------------------ helpers
 
@@ -127,7 +138,84 @@ _e2e_kill_wait() {
 	wait "$pid" 2>/dev/null || true
 }
 
+# ------------------------------------------------------------------ host
+
+# e2e_host_lock: take the machine-wide lock of the suites that change the host
+# itself (pods wired in the host's network namespace, its sysctls, kubelet's
+# fixed /var/lib/kubelet/device-plugins socket), waiting while another run
+# holds it. Held until the calling shell exits; the daemons this library
+# starts do not inherit it (so a leftover daemon never holds it).
+e2e_host_lock() {
+	local f=$E2E_HOST_LOCK
+	[ -z "${E2E_HOST_LOCK_FD:-}" ] || return 0
+	mkdir -p "${f%/*}" || return 1
+	exec {E2E_HOST_LOCK_FD}>>"$f" || { e2e_die "cannot open $f"; return 1; }
+	if ! flock -n "$E2E_HOST_LOCK_FD"; then
+		e2e_log "waiting for $f: another eni-cni test run holds it ($(head -c 200 "$f" 2>/dev/null | tr '\n' ' '))"
+		flock -w "$E2E_HOST_LOCK_WAIT" "$E2E_HOST_LOCK_FD" ||
+			{ e2e_die "$f still held after ${E2E_HOST_LOCK_WAIT}s; giving up"; return 1; }
+	fi
+	# Who holds it, for the message of the next run that waits.
+	truncate -s 0 "$f" 2>/dev/null || true
+	printf 'pid %s (%s) since %s\n' "$$" "${0##*/}" "$(date '+%F %T')" >&"$E2E_HOST_LOCK_FD"
+	export E2E_HOST_LOCK_FD
+}
+
+# _e2e_nolock CMD...: exec CMD without the host lock's descriptor. Start
+# daemons as `_e2e_nolock cmd ... &`: $! is then the daemon itself.
+_e2e_nolock() {
+	if [ -n "${E2E_HOST_LOCK_FD:-}" ]; then exec {E2E_HOST_LOCK_FD}>&-; fi
+	exec "$@"
+}
+
+declare -gA _E2E_SYSCTLS=()
+
+# e2e_save_sysctls KEY...: remember the host's values of these sysctls (dotted
+# names, e.g. net.ipv4.ip_forward) the first time each is named, so that
+# e2e_restore_sysctls can put them back. Network sysctls are per namespace:
+# call it from the namespace whose values must be kept (normally the host's).
+e2e_save_sysctls() {
+	local k v
+	for k in "$@"; do
+		[ -z "${_E2E_SYSCTLS[$k]+set}" ] || continue
+		v=$(cat "/proc/sys/${k//.//}") || { e2e_die "cannot read sysctl $k"; return 1; }
+		_E2E_SYSCTLS[$k]=$v
+	done
+}
+
+# e2e_restore_sysctls: write back every saved sysctl whose value changed, with
+# a line saying so; fails if one cannot be restored.
+e2e_restore_sysctls() {
+	local k now rc=0
+	for k in "${!_E2E_SYSCTLS[@]}"; do
+		now=$(cat "/proc/sys/${k//.//}" 2>/dev/null) || continue
+		[ "$now" != "${_E2E_SYSCTLS[$k]}" ] || continue
+		if printf '%s\n' "${_E2E_SYSCTLS[$k]}" >"/proc/sys/${k//.//}" 2>/dev/null; then
+			e2e_log "restored sysctl $k: $now -> ${_E2E_SYSCTLS[$k]}"
+		else
+			e2e_log "cannot restore sysctl $k to ${_E2E_SYSCTLS[$k]} (now $now)"
+			rc=1
+		fi
+	done
+	return $rc
+}
+
+# e2e_free_port: print a TCP port nobody listens on (20000-39999), for the
+# private listeners of a run.
+e2e_free_port() {
+	local p used i
+	used=$(ss -Htln 2>/dev/null | awk '{ n = split($4, a, ":"); print a[n] }')
+	for ((i = 0; i < 200; i++)); do
+		p=$((20000 + RANDOM % 20000))
+		grep -qx "$p" <<<"$used" || { echo "$p"; return 0; }
+	done
+	e2e_die "no free TCP port found"
+}
+
 # ------------------------------------------------------------------ setup
+
+# Deepest first (e2e_cleanup removes them in this order).
+_E2E_HOST_DIRS=(/var/lib/cni/results /var/lib/cni /run/containerd/s /run/containerd /run/netns)
 
 # e2e_init: create the run dir and export the paths. Call once per run.
 e2e_init() {
@@ -148,6 +236,18 @@ e2e_init() {
 	if [ -z "${E2E_CNI_CONF_DIR:-}" ] || [ "$E2E_CNI_CONF_DIR" = "${_E2E_DEFAULT_CONF_DIR:-}" ]; then
 		E2E_CNI_CONF_DIR=$E2E_RUN/cni/net.d _E2E_DEFAULT_CONF_DIR=$E2E_RUN/cni/net.d
 	fi
+	# eni-cni's unpacked full build (lean.go): in the run, not /var/lib/eni-cni.
+	if [ -z "${ENI_CNI_CACHE_DIR:-}" ] || [ "$ENI_CNI_CACHE_DIR" = "${_E2E_DEFAULT_CACHE:-}" ]; then
+		ENI_CNI_CACHE_DIR=$E2E_RUN/eni-cni-cache _E2E_DEFAULT_CACHE=$E2E_RUN/eni-cni-cache
+	fi
+	export ENI_CNI_CACHE_DIR
+	# Shared directories that containerd, its shims and libcni create when
+	# missing: e2e_cleanup removes those this run made, once empty.
+	: >"$E2E_RUN/host-dirs.made"
+	local d
+	for d in "${_E2E_HOST_DIRS[@]}"; do
+		[ -e "$d" ] || echo "$d" >>"$E2E_RUN/host-dirs.made"
+	done
 	: "${E2E_PAUSE_TAR:=$E2E_TOOLS/pause.tar}"
 	E2E_CRICTL=$E2E_TOOLS/bin/crictl
 	case $E2E_CONTAINERD in
@@ -336,7 +436,9 @@ e2e_start_containerd() {
 	[ -s "$E2E_CONTAINERD_CONFIG" ] || e2e_write_containerd_config || return 1
 	# The shim and runc are looked up in PATH; v2 brings its own shim.
 	[ "$E2E_CONTAINERD" = 2 ] && path=${E2E_CONTAINERD_BIN%/*}:$PATH
-	PATH=$path "$E2E_CONTAINERD_BIN" --config "$E2E_CONTAINERD_CONFIG" \
+	local pre=()
+	[ -z "${E2E_NETNS:-}" ] || pre=(nsenter "--net=$E2E_NETNS" --)
+	PATH=$path _e2e_nolock "${pre[@]}" "$E2E_CONTAINERD_BIN" --config "$E2E_CONTAINERD_CONFIG" \
 		</dev/null >>"$E2E_CONTAINERD_LOG" 2>&1 &
 	E2E_CONTAINERD_PID=$!
 	export E2E_CONTAINERD_PID
@@ -633,6 +735,10 @@ e2e_cleanup() {
 		rm -f /var/lib/cni/results/*"-$id-"* "$(_e2e_shim_socket "$id")" 2>/dev/null
 	done <"$E2E_RUN/pods.list"
 	for p in $(_e2e_cgroup_dirs); do rmdir "$p" 2>/dev/null || true; done
+	# rmdir: only if empty (another runtime on the machine may use them now).
+	while read -r p; do
+		[ -n "$p" ] && rmdir "$p" 2>/dev/null || true
+	done < <(cat "$E2E_RUN/host-dirs.made" 2>/dev/null)
 	if [ "${E2E_KEEP_RUN:-0}" = 1 ]; then
 		e2e_log "kept run dir $E2E_RUN"
 	else

@@ -12,6 +12,9 @@
 #      conflist cniVersion 1.1.0: STATUS reaches the runtime (NetworkReady
 #      false with our message while the store is unreadable, true otherwise).
 #
+# Pods live in the host's network namespace (as on a node): the run holds
+# lib.sh's host lock and restores net.ipv4.ip_forward when it ends.
+#
 # Usage: scripts/e2e/run.sh /abs/path/to/eni-cni   (root; after install-test-deps.sh)
 # E2E_SUITES="1 2" selects suites.
 set -euo pipefail
@@ -36,7 +39,7 @@ fail() {
 setup_run() {
 	local version=$1
 	e2e_init
-	trap 'e2e_cleanup' EXIT
+	trap 'e2e_cleanup; e2e_restore_sysctls' EXIT
 	install -m 0755 "$ENI_BIN" "$E2E_RUN/eni-cni.real"
 	cat >"$E2E_RUN/eni-cni" <<EOF
 #!/bin/sh
@@ -98,7 +101,7 @@ suite_containerd16() {
 	e2e_rmp "${ids[0]}"
 	[ -z "$(ip_of "${ids[0]}")" ] || fail "stopp/rmp did not free ${ips[0]}"
 	counts | jq -e '.cooling == 1 and .allocated == 2' >/dev/null || fail "counts after rmp: $(counts)"
-	ip -4 rule | grep -q "to ${ips[0]} " && fail "rule for ${ips[0]} left after rmp"
+	grep -q "to ${ips[0]} " <<<"$(ip -4 rule)" && fail "rule for ${ips[0]} left after rmp"
 	say "stopp+rmp freed ${ips[0]} into cooldown"
 
 	# A sandbox whose DEL never reaches the plugin.
@@ -126,7 +129,7 @@ suite_containerd16() {
 	[ -z "$(ip_of "${ids[1]}")" ] || fail "gc did not free ${ips[1]} past the grace"
 	grep -q "freed ${ips[1]} " "$E2E_RUN/logs/gc-old.out" || fail "gc output: $(cat "$E2E_RUN/logs/gc-old.out")"
 	[ "$(ip_of "${ids[2]}")" = "${ips[2]}" ] || fail "gc freed the live pod ${ips[2]}"
-	ip -4 rule | grep -q "to ${ips[1]} " && fail "gc left the rule of ${ips[1]}"
+	grep -q "to ${ips[1]} " <<<"$(ip -4 rule)" && fail "gc left the rule of ${ips[1]}"
 	say "gc past the grace: $(grep -c freed "$E2E_RUN/logs/gc-old.out") line(s), $(tail -1 "$E2E_RUN/logs/gc-old.out")"
 
 	# Pods born while gc runs in a loop keep their addresses.
@@ -154,9 +157,9 @@ suite_containerd16() {
 	e2e_check_clean || fail "leftovers after the run"
 	left=$(ip -o link show | grep -c ' eni[0-9a-f]\{12\}' || true)
 	[ "$left" = 0 ] || fail "$left host veths left"
-	ip -4 rule | grep -q "to 10\.99\.0\." && fail "rules left: $(ip -4 rule | grep 'to 10\.99\.0\.')"
+	grep -q "to 10\.99\.0\." <<<"$(ip -4 rule)" && fail "rules left: $(ip -4 rule | grep 'to 10\.99\.0\.')"
 	e2e_cleanup
-	trap - EXIT
+	trap e2e_restore_sysctls EXIT
 	say "suite 1 PASS (stop and check ${t:+$(e2e_since "$t")s})"
 }
 
@@ -184,11 +187,16 @@ suite_containerd2_status() {
 	E2E_CONTAINERD=2 e2e_stop
 	e2e_check_clean || fail "leftovers after the v2 run"
 	E2E_CONTAINERD=2 e2e_cleanup
-	trap - EXIT
+	trap e2e_restore_sysctls EXIT
 	say "suite 2 PASS"
 }
 
 t0=$EPOCHREALTIME
+# Pods are wired in the host's network namespace: one such run at a time,
+# and the host's ip_forward (which eni-cni turns on) put back at the end.
+e2e_host_lock
+e2e_save_sysctls net.ipv4.ip_forward
+trap e2e_restore_sysctls EXIT
 for s in $SUITES; do
 	case $s in
 	1) suite_containerd16 ;;

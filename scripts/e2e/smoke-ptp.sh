@@ -22,9 +22,11 @@ SMOKE_PODS=${SMOKE_PODS:-3}
 SMOKE_SUBNET=${SMOKE_SUBNET:-10.250.0.0/24}
 
 t_all=$EPOCHREALTIME
+e2e_host_lock
+e2e_save_sysctls net.ipv4.ip_forward # ptp turns it on in the host namespace
 e2e_init
 echo "smoke: init $(e2e_since "$t_all")s"
-trap 'e2e_cleanup' EXIT
+trap 'e2e_cleanup; e2e_restore_sysctls' EXIT
 echo "smoke: run dir $E2E_RUN (containerd $E2E_CONTAINERD)"
 
 if [ -n "${SMOKE_PLUGINS:-}" ]; then

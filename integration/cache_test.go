@@ -1,0 +1,151 @@
+package integration
+
+import (
+	"crypto/sha256"
+	"debug/buildinfo"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// The shipped (lean) binary runs gc and warm through its embedded full
+// build, cached in stateDir/.bin (fullexec). These tests run the real
+// binary; with a full build (go test without ENI_CNI_BIN) they skip.
+
+func requireLean(t *testing.T) {
+	t.Helper()
+	info, err := buildinfo.ReadFile(pluginBin)
+	if err != nil {
+		t.Skipf("read build info of %s: %v", pluginBin, err)
+	}
+	for _, s := range info.Settings {
+		if s.Key == "-tags" && strings.Contains(s.Value, "lean") {
+			return
+		}
+	}
+	t.Skip("ENI_CNI_BIN is not the lean build (make build); the cache is the lean build's")
+}
+
+// cachedBuilds lists the cached full builds of nw.
+func cachedBuilds(t *testing.T, nw *network) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(nw.stateDir, ".bin", "eni-cni-full-*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// warmStatic runs `eni-cni warm` on a static network (nothing to do, but
+// it runs the full build) with extra environment.
+func warmStatic(t *testing.T, nw *network, env map[string]string) {
+	t.Helper()
+	o, err := runIn(t.Context(), nw.node.path(), env, nil, pluginBin, "warm", "--config", nw.confFile)
+	if err != nil || o.exit != 0 || !strings.Contains(string(o.stdout), "nothing to do") {
+		t.Fatalf("eni-cni warm: %s (%v)", o, err)
+	}
+}
+
+// TestFullBuildCache: the first run caches the full build beside the
+// state (root's, 0700, its digest in its name), later runs use it as it
+// is, the environment cannot move it, and a planted symlink is replaced,
+// never followed.
+func TestFullBuildCache(t *testing.T) {
+	requireLean(t)
+	n := newNode(t)
+	nw := newNetwork(t, n, "1.0.0", []string{"10.99.0.0/28"}, nil)
+	elsewhere := t.TempDir()
+	warmStatic(t, nw, map[string]string{"ENI_CNI_CACHE_DIR": elsewhere})
+	builds := cachedBuilds(t, nw)
+	if len(builds) != 1 {
+		t.Fatalf("cached builds %v, want one", builds)
+	}
+	file := builds[0]
+	var st syscall.Stat_t
+	if err := syscall.Lstat(file, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode&0o7777 != 0o700 || st.Uid != 0 || st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		t.Errorf("%s: mode %o uid %d, want a regular file of root, 0700", file, st.Mode, st.Uid)
+	}
+	if sum := fileDigest(t, file); !strings.HasSuffix(file, "eni-cni-full-"+sum[:16]) {
+		t.Errorf("%s has digest %s, not the one its name carries", file, sum)
+	}
+	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
+		t.Errorf("ENI_CNI_CACHE_DIR from the environment was used: %v", entries)
+	}
+
+	ino := st.Ino
+	warmStatic(t, nw, nil)
+	if err := syscall.Lstat(file, &st); err != nil || st.Ino != ino {
+		t.Errorf("the second run rewrote the cache (inode %d -> %d, %v)", ino, st.Ino, err)
+	}
+
+	evidence := filepath.Join(t.TempDir(), "evidence")
+	script := filepath.Join(t.TempDir(), "evil")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\ntouch "+evidence+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(script, file); err != nil {
+		t.Fatal(err)
+	}
+	warmStatic(t, nw, nil)
+	if _, err := os.Stat(evidence); err == nil {
+		t.Fatal("the planted symlink's script was run")
+	}
+	if err := syscall.Lstat(file, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		t.Errorf("the planted symlink was not replaced by the build: %v, mode %o", err, st.Mode)
+	}
+}
+
+func fileDigest(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// TestFullBuildCacheNoexec: with the state on a noexec mount, gc and warm
+// run the full build from memory and never write its 45 MB there, run
+// after run. The tmpfs is mounted in a private mount namespace (unshare)
+// that dies with the shell, so the host's mounts never change.
+func TestFullBuildCacheNoexec(t *testing.T) {
+	requireLean(t)
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("unshare (util-linux) not installed")
+	}
+	n := newNode(t)
+	mnt := t.TempDir()
+	nw := newNetwork(t, n, "1.0.0", []string{"10.99.0.0/28"}, nil)
+	nw.setConf(t, func(c map[string]any) { c["stateDir"] = filepath.Join(mnt, "state") })
+	script := fmt.Sprintf(`set -e
+mount -t tmpfs -o noexec,nosuid,nodev,mode=0700 tmpfs %[1]s
+for i in 1 2; do %[2]s warm --config %[3]s; done
+echo "files over 1 MB: $(find %[1]s -type f -size +1M | wc -l)"
+ls -la %[1]s/state %[1]s/state/.bin 2>&1 || true
+`, mnt, pluginBin, nw.confFile)
+	o, err := runIn(t.Context(), n.path(), nil, nil, "unshare", "--mount", "--propagation", "private", "sh", "-c", script)
+	if err != nil || o.exit != 0 {
+		t.Fatalf("warm on a noexec state dir: %s (%v)", o, err)
+	}
+	out := string(o.stdout)
+	if strings.Count(out, "nothing to do") != 2 || !strings.Contains(out, "files over 1 MB: 0") {
+		t.Errorf("want two runs and no file of the build written, got:\n%s", out)
+	}
+}
