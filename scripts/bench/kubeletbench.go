@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -68,8 +69,8 @@ func (b *bench) phaseKubelet(ctx context.Context) error {
 }
 
 // runKubeletOnly is -only kubelet: the kubelet burst alone, its rows on
-// stdout and in <out>/kubelet-burst.json; BENCHMARKS.md is left alone (it
-// holds a full run).
+// stdout and in <out>/kubelet-burst.json, and its block of -md rewritten in
+// place (the rest of the file keeps the last full run).
 func (b *bench) runKubeletOnly(ctx context.Context) error {
 	b.start = time.Now()
 	c := &b.cfg
@@ -93,6 +94,13 @@ func (b *bench) runKubeletOnly(ctx context.Context) error {
 		return err
 	}
 	b.kubeletRows()
+	if c.md != "" {
+		if err := b.spliceKubelet(c.md); err != nil {
+			b.logf("BENCHMARKS.md not updated: %v", err)
+		} else {
+			b.logf("rewrote the kubelet burst block of %s", c.md)
+		}
+	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	for i, x := range b.res.Rows {
 		if i == 0 {
@@ -102,6 +110,8 @@ func (b *bench) runKubeletOnly(ctx context.Context) error {
 	}
 	return tw.Flush()
 }
+
+const kubeletSection = "kubelet burst"
 
 // kubeletRows adds the kubelet burst section to the table.
 func (b *bench) kubeletRows() {
@@ -122,8 +132,8 @@ func (b *bench) kubeletRows() {
 		return per(p, func(r kubeRound) []float64 { return []float64{f(r)} })
 	}
 	rounds := len(kb.Rounds) / 2
-	sec := fmt.Sprintf("kubelet burst (%d static pod manifests at once, a real %s + containerd %s, %d rounds each, same kubelet)",
-		kb.Pods, kb.Kubelet, kb.Containerd, rounds)
+	sec := fmt.Sprintf("%s (%d static pod manifests at once, a real %s + containerd %s, %d rounds each, same kubelet)",
+		kubeletSection, kb.Pods, kb.Kubelet, kb.Containerd, rounds)
 	res := &b.res
 	add := func(figure string, f func(kubeRound) float64) {
 		e, r := last("eni", f), last("ref", f)
@@ -138,17 +148,68 @@ func (b *bench) kubeletRows() {
 	add("manifests removed: last sandbox stopped (CNI DEL done): median / worst round (s)", func(r kubeRound) float64 { return r.LastStopped })
 }
 
-// kubeletMethod is the method note of the kubelet burst, for BENCHMARKS.md.
-func (b *bench) kubeletMethod() string {
-	kb := b.res.Kubelet
-	if kb == nil {
+const (
+	kubeletBegin = "<!-- BEGIN KUBELET BURST (make bench writes it; bench -only kubelet rewrites just this part) -->"
+	kubeletEnd   = "<!-- END KUBELET BURST -->"
+)
+
+func isKubeletRow(x row) bool { return strings.HasPrefix(x.Section, kubeletSection) }
+
+// kubeletMarkdown is the kubelet burst's block of BENCHMARKS.md: its table
+// and how it was measured, between markers so that -only kubelet can
+// rewrite it in place.
+func (b *bench) kubeletMarkdown() string {
+	if b.res.Kubelet == nil {
 		return ""
 	}
-	return fmt.Sprintf("- Kubelet burst (`scripts/e2e/kubelet.sh --bench`): %s standalone (static pods, no API server) over a private "+
+	var m strings.Builder
+	m.WriteString("\n" + kubeletBegin + "\n")
+	for i, x := range b.res.Rows {
+		if !isKubeletRow(x) {
+			continue
+		}
+		if i == 0 || !isKubeletRow(b.res.Rows[i-1]) {
+			fmt.Fprintf(&m, "\n**%s**\n\n| figure | eni-cni | ptp+host-local | eni-cni / ref |\n|---|---|---|---|\n",
+				strings.ToUpper(x.Section[:1])+x.Section[1:])
+		}
+		fmt.Fprintf(&m, "| %s | %s | %s | %s |\n", mdEscape(x.Figure), mdEscape(x.ENI), mdEscape(x.Ref), mdEscape(x.Ratio))
+	}
+	fmt.Fprintf(&m, "\n%s Measured %s, load average %s at the end.\n%s\n", b.kubeletMethod(),
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), loadAvg(), kubeletEnd)
+	return m.String()
+}
+
+// spliceKubelet rewrites the kubelet block of an existing BENCHMARKS.md
+// (or adds it before the targets) and leaves the rest of the file alone.
+func (b *bench) spliceKubelet(path string) error {
+	old, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	s, block := string(old), strings.TrimPrefix(b.kubeletMarkdown(), "\n")
+	if i := strings.Index(s, kubeletBegin); i >= 0 {
+		j := strings.Index(s[i:], kubeletEnd)
+		if j < 0 {
+			return fmt.Errorf("%s: %q without %q", path, kubeletBegin, kubeletEnd)
+		}
+		s = s[:i] + strings.TrimSuffix(block, "\n") + s[i+j+len(kubeletEnd):]
+	} else if i := strings.Index(s, "\n## Targets"); i >= 0 {
+		s = s[:i] + "\n" + block + s[i:]
+	} else {
+		s += "\n" + block
+	}
+	return os.WriteFile(path, []byte(s), 0o644)
+}
+
+// kubeletMethod says how the kubelet burst was measured.
+func (b *bench) kubeletMethod() string {
+	kb := b.res.Kubelet
+	return fmt.Sprintf("Kubelet burst (`scripts/e2e/kubelet.sh --bench`): %s standalone (static pods, no API server) over a private "+
 		"containerd %s running in a throwaway network namespace; each round writes %d pod manifests (the offline pause image) into "+
 		"the static pod directory with one `mv`, polls kubelet's `/pods` and `crictl pods` every 50 ms until all are Ready, then "+
 		"removes them and polls until every sandbox is stopped. eni-cni (static pool `10.99.0.0/24`, cooldown 1 s) and ptp + host-local "+
 		"(`10.98.0.0/24`) alternate round by round under the same kubelet and containerd (containerd reloads the conflist in between). "+
-		"These times are mostly kubelet's and containerd's own (pod workers, PLEG, sandbox creation); the plugin is a few ms of them.\n",
+		"These times are mostly kubelet's and containerd's own (pod workers, PLEG, sandbox creation, all competing for the CPUs); "+
+		"the plugin's share is a few ms per pod.",
 		kb.Kubelet, kb.Containerd, kb.Pods)
 }

@@ -98,7 +98,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.mtu, "mtu", 9001, "MTU of both plugins")
 	fs.BoolVar(&c.quick, "quick", false, "small counts for a quick check (explicit flags still win)")
 	fs.StringVar(&c.only, "only", "", "run one part only and print it, writing no report: \"ec2\" (the EC2 call counts; no root needed), "+
-		"\"kubelet\" (the kubelet burst)")
+		"\"kubelet\" (the kubelet burst; rewrites only its block of -md)")
 	fs.IntVar(&c.kubeRounds, "kubelet-rounds", 3, "kubelet burst: rounds per plugin")
 	fs.IntVar(&c.kubePods, "kubelet-pods", 20, "kubelet burst: static pod manifests written at once")
 	if err := fs.Parse(args); err != nil {

@@ -532,7 +532,6 @@ func (b *bench) writeMarkdown(path string) error {
 		b.cfg.gcAllocs, b.cfg.gcSandboxes, b.cfg.gcDead)
 	p("`eni-cni gc --grace 0s` frees those %d (veths torn down, one save); the CNI GC verb does the same from `cni.dev/valid-attachments`. CRI calls served: %s.\n", b.cfg.gcDead, r.CRICalls)
 	p("- EC2: `ec2fake` + `ec2.Warmer` in process with a hand-moved clock, the scenario of `TestWarmCreatesENIsUpToLimit` (m5.large, warmIPTarget 5, warm every 5th pod and when ADD finds the pool empty), then 120 warm passes 30 s apart.\n")
-	p("%s", b.kubeletMethod())
 	p("- Profiles: the ADD code path run in process %d times (the repository's `alloc.Manager` on the disk store + `netsetup.Setup` + result printing, as `cni.go`/`plugin.go` wire them) under `runtime/pprof`, ",
 		b.cfg.profileAdds)
 	p("ADDs and DELs profiled separately (`_out/bench/add-cpu.pprof`, `del-cpu.pprof`); per-step wall times from timers around the same calls. ")
@@ -541,6 +540,9 @@ func (b *bench) writeMarkdown(path string) error {
 	p("## Results\n\n")
 	section := ""
 	for _, x := range r.Rows {
+		if isKubeletRow(x) {
+			continue // its own block, below
+		}
 		if x.Section != section {
 			section = x.Section
 			p("\n**%s**\n\n| figure | eni-cni | ptp+host-local | eni-cni / ref |\n|---|---|---|---|\n", strings.ToUpper(section[:1])+section[1:])
@@ -550,6 +552,7 @@ func (b *bench) writeMarkdown(path string) error {
 	for _, x := range r.EC2 {
 		p("\nEC2 calls, %s: %s.\n", x.Scenario, x.breakdown())
 	}
+	p("%s", b.kubeletMarkdown())
 	p("\n## Targets\n\n| target | measured | limit | verdict |\n|---|---|---|---|\n")
 	for _, t := range r.Targets {
 		p("| %s | %s | %s | %s |\n", mdEscape(t.Target), t.Measured, t.Limit, t.Verdict)

@@ -319,7 +319,9 @@ check_gc_loop() {
 		in_down_window "$t" || { say "gc pass at $t failed outside a containerd restart: $(grep -F "$t" "$GC_LOG")"; bad=1; }
 	done <"$GC_LOG"
 	[ "$bad" = 0 ] || fail "gc failed while the runtime was up"
-	GC_SUMMARY="$passes passes, $(grep -c 'rc=0' "$GC_LOG" || true) ok (the others while containerd restarted), freed nothing, $(grep -cE 'leftover (veth|rule|route)' "$GC_LOG" || true) host leftovers removed"
+	local left
+	left=$(grep -oE 'gc: [a-z ]*leftover (veth|rule|route)[^|]*' "$GC_LOG" | sed 's/^gc: //' | tr '\n' ';' || true)
+	GC_SUMMARY="$passes passes, $(grep -c 'rc=0' "$GC_LOG" || true) ok (the others while containerd restarted), freed nothing; host leftovers: ${left:-none}"
 }
 
 # ------------------------------------------------------------------ static phase
