@@ -207,7 +207,7 @@ func (b *bench) kubeletMethod() string {
 	return fmt.Sprintf("Kubelet burst (`scripts/e2e/kubelet.sh --bench`): %s standalone (static pods, no API server) over a private "+
 		"containerd %s running in a throwaway network namespace; each round writes %d pod manifests (the offline pause image) into "+
 		"the static pod directory with one `mv`, polls kubelet's `/pods` and `crictl pods` every 50 ms until all are Ready, then "+
-		"removes them and polls until every sandbox is stopped. eni-cni (static pool `10.99.0.0/24`, cooldown 1 s) and ptp + host-local "+
+		"removes them and polls until every sandbox is stopped. eni-cni (static pool `10.99.0.0/24`, cooldown 5 s) and ptp + host-local "+
 		"(`10.98.0.0/24`) alternate round by round under the same kubelet and containerd (containerd reloads the conflist in between). "+
 		"These times are mostly kubelet's and containerd's own (pod workers, PLEG, sandbox creation, all competing for the CPUs); "+
 		"the plugin's share is a few ms per pod.",

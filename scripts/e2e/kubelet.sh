@@ -80,7 +80,7 @@ VPFX=kub                              # host veth prefix: kub + 12 hex
 POOL_RANGE=10.77.0.10-10.77.0.33      # 24 addresses, static phase (host namespace)
 POOL_RE='^10\.77\.0\.'
 GC_GRACE=30s
-COOLDOWN=3
+COOLDOWN=5                            # cooldownSeconds cannot go below 5
 E2E_CONTAINERD=1
 E2E_NETNS_UNDER_STATE=1               # netns of this run's pods under its state dir
 
@@ -803,7 +803,7 @@ bench_conflist() {
 	if [ "$1" = eni ]; then
 		cat <<EOF
 { "cniVersion": "1.0.0", "name": "kubelet-bench-eni",
-  "plugins": [ { "type": "eni-cni", "stateDir": "@RUN@/eni-state", "mtu": 9001, "cooldownSeconds": 1,
+  "plugins": [ { "type": "eni-cni", "stateDir": "@RUN@/eni-state", "mtu": 9001, "cooldownSeconds": 5,
                  "pool": { "source": "static", "ranges": ["10.99.0.0/24"] } } ] }
 EOF
 	else
