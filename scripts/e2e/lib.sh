@@ -236,11 +236,6 @@ e2e_init() {
 	if [ -z "${E2E_CNI_CONF_DIR:-}" ] || [ "$E2E_CNI_CONF_DIR" = "${_E2E_DEFAULT_CONF_DIR:-}" ]; then
 		E2E_CNI_CONF_DIR=$E2E_RUN/cni/net.d _E2E_DEFAULT_CONF_DIR=$E2E_RUN/cni/net.d
 	fi
-	# eni-cni's unpacked full build (lean.go): in the run, not /var/lib/eni-cni.
-	if [ -z "${ENI_CNI_CACHE_DIR:-}" ] || [ "$ENI_CNI_CACHE_DIR" = "${_E2E_DEFAULT_CACHE:-}" ]; then
-		ENI_CNI_CACHE_DIR=$E2E_RUN/eni-cni-cache _E2E_DEFAULT_CACHE=$E2E_RUN/eni-cni-cache
-	fi
-	export ENI_CNI_CACHE_DIR
 	# Shared directories that containerd, its shims and libcni create when
 	# missing: e2e_cleanup removes those this run made, once empty.
 	: >"$E2E_RUN/host-dirs.made"
