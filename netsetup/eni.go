@@ -176,8 +176,19 @@ func ReassertPodRules(pods []PodRules) (repaired []string, err error) {
 	for _, r := range have {
 		present[key{r.IP, r.From, r.Table, r.Dst}] = true
 	}
+	// Dumped after the rules: DEL removes a pod's /32 before its rules,
+	// so a pod whose rules are missing because a DEL is under way (the
+	// caller's list of allocations is older than that DEL) has no route
+	// either and must not get its rules back behind the DEL.
+	routed, err := routedHosts()
+	if err != nil {
+		return nil, err
+	}
 	var errs []error
 	for _, p := range pods {
+		if !routed[p.IP] {
+			continue
+		}
 		if !present[key{p.IP, false, mainTable, netip.Prefix{}}] {
 			if err := addRule(toPodRule(p.IP)); err != nil {
 				errs = append(errs, fmt.Errorf("add rule to %s lookup main: %w", p.IP, err))
@@ -204,4 +215,25 @@ func ReassertPodRules(pods []PodRules) (repaired []string, err error) {
 		}
 	}
 	return repaired, errors.Join(errs...)
+}
+
+// routedHosts returns the addresses that have a /32 route in the main table.
+func routedHosts() (map[netip.Addr]bool, error) {
+	routes, err := netlinksafe.RouteListFiltered(unix.AF_INET, &netlink.Route{Table: mainTable}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return nil, fmt.Errorf("list main table routes: %w", err)
+	}
+	out := make(map[netip.Addr]bool, len(routes))
+	for _, r := range routes {
+		if r.Dst == nil {
+			continue
+		}
+		if ones, bits := r.Dst.Mask.Size(); ones != 32 || bits != 32 {
+			continue
+		}
+		if a, ok := netip.AddrFromSlice(r.Dst.IP.To4()); ok {
+			out[a] = true
+		}
+	}
+	return out, nil
 }

@@ -1,6 +1,7 @@
 package netsetup
 
 import (
+	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -134,4 +135,50 @@ func newNS(t *testing.T) ns.NetNS {
 	}
 	t.Cleanup(func() { n.Close(); testutils.UnmountNS(n) })
 	return n
+}
+
+// TestReassertSkipsPodsBeingDeleted: warm re-asserts pod rules from a list
+// of allocations read before a DEL that has since removed the pod's route
+// and rules; putting the rules back would leave them behind the DEL
+// (seen in the kubelet suite: `to 10.76.0.7 lookup main` after teardown).
+func TestReassertSkipsPodsBeingDeleted(t *testing.T) {
+	node := newNS(t)
+	err := node.Do(func(ns.NetNS) error {
+		name := HostVethName("eni", "live", "eth0")
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: "plive"}); err != nil {
+			t.Fatal(err)
+		}
+		link, err := netlink.LinkByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := netlink.LinkSetUp(link); err != nil {
+			t.Fatal(err)
+		}
+		live, gone := netip.MustParseAddr("10.77.0.2"), netip.MustParseAddr("10.77.0.3")
+		dst := &net.IPNet{IP: live.AsSlice(), Mask: net.CIDRMask(32, 32)}
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Dst: dst, Scope: netlink.SCOPE_LINK}); err != nil {
+			t.Fatal(err)
+		}
+		repaired, err := ReassertPodRules([]PodRules{{IP: live}, {IP: gone}})
+		if err != nil {
+			t.Fatalf("ReassertPodRules: %v", err)
+		}
+		if len(repaired) != 1 {
+			t.Errorf("repaired %v, want only the routed pod's rule", repaired)
+		}
+		rules, err := OurRules()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rules {
+			if r.IP == gone {
+				t.Errorf("rule of %s (no route: its DEL is under way) put back: %+v", gone, r)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
