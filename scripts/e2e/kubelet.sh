@@ -611,7 +611,7 @@ teardown() {
 	kl_check_host_clean || fail "kubelet left things behind outside its root dir"
 	n=$(node_exec ip -o link show | awk -F': ' '{ print $2 }' | grep -cE "^${VPFX}[0-9a-f]{12}" || true)
 	[ "$n" = 0 ] || fail "$n host veths left"
-	n=$(node_exec ip -4 rule | grep -E "^(512|1536):.* (to|from) ${POOL_RE#^}[0-9.]* " || true)
+	n=$(node_exec ip -4 rule | grep -E "^(512|1536):.*[[:space:]](to|from) ${POOL_RE#^}[0-9.]* " || true)
 	[ -z "$n" ] || fail "rules left for freed addresses (every DEL succeeded and nothing is allocated):$(printf ' [%s]' "$n" | tr '\n\t' '; ')"
 	pass "all addresses freed ${freed}s after the manifests went; kubelet and containerd stopped; nothing left"
 	e2e_cleanup
