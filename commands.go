@@ -103,15 +103,19 @@ func newFlags(name string, stderr io.Writer) *commonFlags {
 	return c
 }
 
-func (c *commonFlags) parse(args []string) error {
-	if err := c.fs.Parse(args); err != nil {
+func (c *commonFlags) parse(args []string) error { return parseFlags(c.fs, args) }
+
+// parseFlags parses a subcommand's flags: bad flags and stray arguments are
+// usage errors; -h is flag.ErrHelp for the caller to treat as success.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	if c.fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, c.fs.Arg(0))
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
 	return nil
 }

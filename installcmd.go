@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"embed"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -98,14 +97,8 @@ func parseInstall(args []string, stderr io.Writer) (*installCmd, error) {
 	fs.BoolVar(&c.example, "example-conflist", false, "install the demo's static conflist (10.99.0.0/24): to try eni-cni, not for a cluster")
 	fs.StringVar(&c.timers, "timers", "auto", "how gc and warm run: auto, systemd, cron or none")
 	fs.BoolVar(&c.noRun, "no-run", false, "on a live node, do not run warm and doctor at the end")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
 	}
 	if err := c.absRoot(); err != nil {
 		return nil, err

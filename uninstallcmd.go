@@ -44,14 +44,8 @@ func parseUninstall(args []string, stderr io.Writer) (*uninstallCmd, error) {
 	fs.BoolVar(&c.force, "force", false, "uninstall even though pods still hold addresses (their networking goes with it)")
 	fs.StringVar(&c.stateDir, "state-dir", "", "the state directory (default: the conflist's stateDir, else /var/lib/eni-cni)")
 	fs.BoolVar(&c.noEC2, "no-ec2", false, "do not ask EC2 for the ENIs eni-cni created for this instance")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
 	}
 	return c, c.absRoot()
 }
