@@ -111,6 +111,7 @@ func (m *Manager) Update(ctx context.Context, fn func(st *State) (changed bool, 
 	changed := m.newBoot(st)
 	m.stampLegacy(st, m.now(), m.boot())
 	m.pruneCooling(st)
+	m.pruneDemands(st)
 	fnChanged, err := fn(st)
 	if err != nil {
 		return err
@@ -149,6 +150,7 @@ func (m *Manager) newBoot(st *State) bool {
 	if st.BootID != "" {
 		st.Allocations = []Allocation{}
 		st.Cooling = []Cooling{}
+		st.Demands = nil
 	}
 	st.BootID = m.BootID
 	return true
@@ -177,34 +179,43 @@ func (m *Manager) Allocate(ctx context.Context, req Request) (a Allocation, exis
 // so the ec2 source can prepare the address's ENI without reading the state
 // again. The section is the caller's copy; changing it changes nothing.
 func (m *Manager) AllocateWithSource(ctx context.Context, req Request) (a Allocation, existed bool, source *pool.EC2, err error) {
-	err = m.Update(ctx, func(st *State) (bool, error) {
+	err = m.Update(ctx, func(st *State) (changed bool, err error) {
 		source = st.EC2
-		if i := st.Find(req.Key); i >= 0 {
-			a, existed = st.Allocations[i], true
-			return false, nil
-		}
-		if m.Admit != nil {
-			if err := m.Admit(st); err != nil {
-				return false, err
-			}
-		}
-		ip, eni, ok := m.pick(st)
-		if !ok {
-			return false, &ExhaustedError{Counts: m.Counts(st)}
-		}
-		a = Allocation{
-			Key: req.Key, IP: ip, ENI: eni,
-			PodNamespace: req.PodNamespace, PodName: req.PodName, PodUID: req.PodUID,
-			Netns: req.Netns, HostVeth: req.HostVeth, AllocatedAt: m.now().UTC(), AllocatedBoot: m.boot(),
-		}
-		st.Allocations = append(st.Allocations, a)
-		st.LastIP = ip
-		return true, nil
+		a, existed, changed, err = m.AllocateIn(st, req)
+		return changed, err
 	})
 	if err != nil {
 		return Allocation{}, false, nil, fmt.Errorf("allocate ip for %s: %w", req.Key, err)
 	}
 	return a, existed, source, nil
+}
+
+// AllocateIn is Allocate on a state the caller holds under the lock (in an
+// Update): the attachment's address, or a free one taken for it. A
+// waiting ADD's demand is fulfilled with it. changed reports whether st
+// must be saved. The pool being empty is an *ExhaustedError.
+func (m *Manager) AllocateIn(st *State, req Request) (a Allocation, existed, changed bool, err error) {
+	if i := st.Find(req.Key); i >= 0 {
+		return st.Allocations[i], true, st.DropDemand(req.Key), nil
+	}
+	if m.Admit != nil {
+		if err := m.Admit(st); err != nil {
+			return Allocation{}, false, false, err
+		}
+	}
+	ip, eni, ok := m.pick(st)
+	if !ok {
+		return Allocation{}, false, false, &ExhaustedError{Counts: m.Counts(st)}
+	}
+	a = Allocation{
+		Key: req.Key, IP: ip, ENI: eni,
+		PodNamespace: req.PodNamespace, PodName: req.PodName, PodUID: req.PodUID,
+		Netns: req.Netns, HostVeth: req.HostVeth, AllocatedAt: m.now().UTC(), AllocatedBoot: m.boot(),
+	}
+	st.Allocations = append(st.Allocations, a)
+	st.LastIP = ip
+	st.DropDemand(req.Key)
+	return a, false, true, nil
 }
 
 // pick returns the first usable address after st.LastIP, wrapping around.
@@ -262,6 +273,10 @@ func (m *Manager) release(ctx context.Context, k Key, ip netip.Addr, cooldown ti
 	})
 	if err != nil {
 		return Allocation{}, false, fmt.Errorf("release ip of %s: %w", k, err)
+	}
+	if found && cooldown <= 0 {
+		// Free at once: an ADD waiting on a dry pool may take it.
+		_ = m.Wake()
 	}
 	return a, found, nil
 }

@@ -76,9 +76,24 @@ type State struct {
 	// EC2 is the ec2 source's section, owned by package ec2/pool; nil for
 	// the static source. The store only carries, migrates and prunes it.
 	EC2 *pool.EC2 `json:"ec2,omitempty"`
+	// Demands are ADDs waiting for an address on a dry pool.
+	Demands []Demand `json:"demands,omitempty"`
 
 	// missing: the store had no state file; this state is new.
 	missing bool
+}
+
+// Demand is an ADD waiting for an address on a dry pool. `warm` sizes its
+// request by the demands; the ADD's allocation, or a DEL of the same
+// attachment, removes it. Until bounds it: the demand of an ADD that was
+// killed while waiting is dropped by the first save after Until.
+type Demand struct {
+	Key
+	Since time.Time `json:"since"`
+	Until time.Time `json:"until"`
+	// TriggeredAt is when this ADD started a warm pass (zero: it did not),
+	// so the other waiters know one is on its way.
+	TriggeredAt time.Time `json:"triggeredAt,omitzero"`
 }
 
 // Missing reports that the store had no state file and st is a new state:
@@ -151,6 +166,11 @@ func (s *State) validate() error {
 	}
 	if err := s.EC2.Validate(); err != nil {
 		return fmt.Errorf("%w: ec2 section: %v", ErrCorrupt, err)
+	}
+	for i, d := range s.Demands {
+		if d.Network == "" || d.ContainerID == "" || d.IfName == "" {
+			return fmt.Errorf("%w: demand %d has an empty network, containerID or ifname", ErrCorrupt, i)
+		}
 	}
 	return nil
 }

@@ -382,6 +382,7 @@ func (d *DiskStore) CleanTemp() {
 // MemStore is an in-memory Store for tests. It round-trips through the same
 // encoding as DiskStore so tests see what the disk would hold.
 type MemStore struct {
+	wake   memWake
 	mu     sync.Mutex
 	held   chan struct{}
 	data   []byte
