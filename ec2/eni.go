@@ -79,17 +79,33 @@ func (w *Warmer) createENI(ctx context.Context, src *pool.EC2, need int) error {
 	if err := w.attach(ctx, &e, src); err != nil {
 		return w.abandon(ctx, token, e.ID, err)
 	}
+	// The link is set up before the addresses are recorded: an ADD
+	// waiting on a dry pool takes one the moment it is recorded, and needs
+	// the ENI's link and table then (the pending record and the dirty mark
+	// cover a pass that dies meanwhile). DeleteOnTermination is set while
+	// the link appears: that takes longer than the call.
+	linked := e
+	setup := make(chan error, 1)
+	go func() { setup <- w.setupHost(ctx, linked) }()
+	w.deleteOnTermination(ctx, &e)
+	setupErr := <-setup
 	fault.Point("warm:after-attach-before-record")
-	n, err := w.recordENI(ctx, token, e, ips, prefixes)
-	if err != nil {
-		return err
+	if _, err := w.recordENI(ctx, token, e, ips, prefixes); err != nil {
+		return errors.Join(err, setupErr)
 	}
 	fault.Point("warm:after-record-eni")
-	w.say("created %s (card %d device %d, subnet %s, %s) with %d addresses", e.ID, e.NetworkCard, e.DeviceNumber, e.SubnetID, e.MAC, n)
-	if w.Host != nil {
-		if err := w.Host.SetupENI(ctx, e); err != nil {
-			return fmt.Errorf("set up %s on the node (the next pass and ADD retry it): %w", e.ID, err)
-		}
+	w.say("created %s (card %d device %d, subnet %s, %s) with %d addresses", e.ID, e.NetworkCard, e.DeviceNumber, e.SubnetID, e.MAC, len(ips)+16*len(prefixes))
+	w.wake()
+	return setupErr
+}
+
+// setupHost readies the node side of a new ENI (its link, once it appears).
+func (w *Warmer) setupHost(ctx context.Context, e pool.ENI) error {
+	if w.Host == nil {
+		return nil
+	}
+	if err := w.Host.SetupENI(ctx, e); err != nil {
+		return fmt.Errorf("set up %s on the node (the next pass and ADD retry it): %w", e.ID, err)
 	}
 	return nil
 }
@@ -185,20 +201,24 @@ func (w *Warmer) attach(ctx context.Context, e *pool.ENI, src *pool.EC2) error {
 	}
 	fault.Point("warm:after-attach-before-dot")
 	e.AttachmentID = aws.ToString(out.AttachmentId)
-	// Without this the ENI outlives the instance and its addresses leak. A
-	// failure is recorded (DeleteOnTermination false) and retried by every
-	// pass until EC2 has set it.
-	_, err = w.API.ModifyNetworkInterfaceAttribute(ctx, &ec2.ModifyNetworkInterfaceAttributeInput{
+	return nil
+}
+
+// deleteOnTermination sets the attachment's DeleteOnTermination: without it
+// the ENI outlives the instance and its addresses leak. A failure is
+// recorded (DeleteOnTermination false) and retried by every pass until EC2
+// has set it.
+func (w *Warmer) deleteOnTermination(ctx context.Context, e *pool.ENI) {
+	_, err := w.API.ModifyNetworkInterfaceAttribute(ctx, &ec2.ModifyNetworkInterfaceAttributeInput{
 		NetworkInterfaceId: aws.String(e.ID),
 		Attachment: &types.NetworkInterfaceAttachmentChanges{
-			AttachmentId: out.AttachmentId, DeleteOnTermination: aws.Bool(true),
+			AttachmentId: aws.String(e.AttachmentID), DeleteOnTermination: aws.Bool(true),
 		},
 	})
 	e.DeleteOnTermination = err == nil
 	if err != nil {
 		w.warn("%s attached but DeleteOnTermination not set yet (retried next pass): %v", e.ID, err)
 	}
-	return nil
 }
 
 // abandon deletes an ENI that was created but could not be attached, so a

@@ -110,6 +110,9 @@ func Refresh(ctx context.Context, mgr *alloc.Manager, md Metadata, now time.Time
 		src.VerifiedBoot = mgr.BootID
 		return nil
 	})
+	if err == nil && r.Added > 0 {
+		_ = mgr.Wake() // ADDs waiting on a dry pool may take them
+	}
 	return r, err
 }
 

@@ -30,7 +30,7 @@ func (w *Warmer) trim(ctx context.Context) error {
 	var batches []giveBack
 	err := w.update(ctx, func(st *alloc.State, src *pool.EC2) error {
 		c := w.Mgr.Counts(st)
-		surplus := min(c.Free-w.Cfg.WarmIPTarget, c.Total-w.Cfg.MinimumIPTarget)
+		surplus := min(c.Free-w.Cfg.WarmIPTarget-st.Waiting(w.now()), c.Total-w.Cfg.MinimumIPTarget)
 		if surplus <= 0 {
 			return nil
 		}

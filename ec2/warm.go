@@ -142,46 +142,57 @@ func updateSection(ctx context.Context, mgr *alloc.Manager, fn func(*alloc.State
 func (w *Warmer) Run(ctx context.Context) error {
 	inst, err := Discover(ctx, w.MD)
 	if err != nil {
-		return err
+		return errors.Join(err, w.Failed(ctx, err))
 	}
 	return w.RunWith(ctx, inst)
 }
 
-// RunWith is one pass given what IMDS said at its start. Cheap first: the
-// instance's identity and IMDS against the store (local, free); EC2's
-// DescribeNetworkInterfaces only when they disagree, when the last pass
-// left work unrecorded, or once an hour; then the ENIs' lifecycle, the
-// node side of every ENI and pod, and last the pool's size. The lock is
-// held only around state I/O, never across an EC2 or IMDS call.
+// RunWith is one pass given what IMDS said at its start. How the pass
+// ended is recorded for ADDs waiting on a dry pool (outcome.go).
 func (w *Warmer) RunWith(ctx context.Context, inst *pool.Instance) error {
+	if err := w.markStarted(ctx); err != nil {
+		return err
+	}
+	short, err := w.pass(ctx, inst)
+	return errors.Join(err, w.recordOutcome(ctx, short, err))
+}
+
+// pass is the pass itself. Cheap first: the instance's identity and IMDS
+// against the store (local, free); EC2's DescribeNetworkInterfaces only
+// when they disagree, when the last pass left work unrecorded, or once an
+// hour; then the ENIs' lifecycle, the node side of every ENI and pod, and
+// last the pool's size. The lock is held only around state I/O, never
+// across an EC2 or IMDS call. short reports that the instance's limits
+// kept it from reaching its targets.
+func (w *Warmer) pass(ctx context.Context, inst *pool.Instance) (short bool, err error) {
 	drift, err := w.observe(ctx, inst)
 	if err != nil {
-		return err
+		return false, err
 	}
 	v, err := w.snapshot(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if v.src.Limits == nil {
 		if err := w.fetchLimits(ctx); err != nil {
-			return err
+			return false, err
 		}
 	}
 	if why := w.describeReason(v.src, drift); why != "" {
 		if err := w.resync(ctx, why, drift); err != nil {
-			return err
+			return false, err
 		}
 	}
 	// Lifecycle and node-side failures are reported at the end: they must
 	// not keep the pool from being filled.
 	later := errors.Join(w.settleENIs(ctx), w.reassertHost(ctx))
-	if err := w.fill(ctx); err != nil {
-		return errors.Join(err, later)
+	if short, err = w.fill(ctx); err != nil {
+		return short, errors.Join(err, later)
 	}
 	if err := w.trim(ctx); err != nil {
-		return errors.Join(err, later)
+		return short, errors.Join(err, later)
 	}
-	return errors.Join(w.setDirty(ctx, false), later)
+	return short, errors.Join(w.setDirty(ctx, false), later)
 }
 
 // setDirty records whether EC2 may hold changes the store does not. It
@@ -259,41 +270,47 @@ func (w *Warmer) fetchLimits(ctx context.Context) error {
 	})
 }
 
-// need is how many addresses the pool lacks.
-func (w *Warmer) need(c alloc.Counts) int {
-	return max(w.Cfg.WarmIPTarget-c.Free, w.Cfg.MinimumIPTarget-c.Total, 0)
+// need is how many addresses the pool lacks: the target is the allocated
+// addresses, plus one for each ADD waiting on a dry pool, plus
+// warmIPTarget free ones (and at least minimumIPTarget in all). Sizing by
+// the waiting ADDs is what lets a burst of pods be served by one request
+// per ENI instead of warmIPTarget at a time.
+func (w *Warmer) need(v *view) int {
+	waiting := v.st.Waiting(w.now())
+	return max(w.Cfg.WarmIPTarget+waiting-v.counts.Free, w.Cfg.MinimumIPTarget-v.counts.Total, 0)
 }
 
-// fill assigns addresses until the targets are met or the instance is full.
-func (w *Warmer) fill(ctx context.Context) error {
+// fill assigns addresses until the targets are met or the instance is
+// full (short).
+func (w *Warmer) fill(ctx context.Context) (short bool, err error) {
 	for range 32 { // each round adds addresses or an ENI; bounded for safety
 		v, err := w.snapshot(ctx)
 		if err != nil {
-			return err
+			return false, err
 		}
-		need := w.need(v.counts)
+		need := w.need(v)
 		if need == 0 {
-			return nil
+			return false, nil
 		}
 		if e, room := w.roomyENI(v.src); room > 0 {
 			if err := w.assign(ctx, e, need, room); err != nil {
-				return err
+				return false, err
 			}
 			continue
 		}
 		if !w.canCreate(v.src) {
 			w.say("pool short by %d addresses: all %d ENIs are full (limit %d)", need, len(v.src.ENIs), w.maxENIs(v.src))
-			return nil
+			return true, nil
 		}
 		if err := w.createENI(ctx, v.src, need); err != nil {
-			return err
+			return false, err
 		}
 	}
-	return nil
+	return false, nil
 }
 
 // slots is how many secondary addresses or prefixes one ENI takes.
-func slots(src *pool.EC2) int { return src.Limits.IPv4PerENI - 1 }
+func slots(src *pool.EC2) int { return src.Limits.Slots() }
 
 // roomyENI returns the lowest-numbered ENI eni-cni may manage with free
 // slots, and how many.
@@ -309,12 +326,7 @@ func (w *Warmer) roomyENI(src *pool.EC2) (pool.ENI, int) {
 	return pool.ENI{}, 0
 }
 
-func (w *Warmer) maxENIs(src *pool.EC2) int {
-	if w.Cfg.MaxENIs > 0 {
-		return min(w.Cfg.MaxENIs, src.Limits.MaxENIs)
-	}
-	return src.Limits.MaxENIs
-}
+func (w *Warmer) maxENIs(src *pool.EC2) int { return src.Limits.ENILimit(w.Cfg.MaxENIs) }
 
 // canCreate: fewer ENIs on the default network card than maxENIs. warm
 // attaches only there (the instance type's maxPods assumes as much, see
@@ -364,8 +376,17 @@ func (w *Warmer) assign(ctx context.Context, e pool.ENI, need, room int) error {
 	fault.Point("warm:after-record")
 	if err == nil {
 		w.say("assigned %d addresses to %s (%s)", n, e.ID, describe(ips, prefixes))
+		w.wake()
 	}
 	return err
+}
+
+// wake tells ADDs waiting on a dry pool to look again. Best effort: they
+// also look on their own every few seconds.
+func (w *Warmer) wake() {
+	if err := w.Mgr.Wake(); err != nil {
+		w.say("warning: %v", err)
+	}
 }
 
 // record adds addresses EC2 reported as assigned to eniID.

@@ -209,6 +209,7 @@ func (s *Server) attachNetworkInterface(p params) (response, error) {
 		return nil, err
 	}
 	s.publishLocked(true)
+	s.scheduleLinkLocked(e)
 	return &attachResponse{AttachmentID: att.id, NetworkCardIndex: card}, nil
 }
 

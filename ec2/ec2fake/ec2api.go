@@ -122,8 +122,9 @@ func (s *Server) serveEC2(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	fault, lat := s.takeFaultLocked(action)
+	prof := s.profileDelayLocked(action)
 	s.mu.Unlock()
-	sleepCtx(r.Context(), s.cfg.EC2BaseLatency+lat)
+	sleepCtx(r.Context(), max(s.cfg.EC2BaseLatency, prof)+lat)
 	if fault != nil {
 		writeError(w, reqID, &apiError{code: fault.Code, message: fault.Message, status: fault.HTTPStatus})
 		return

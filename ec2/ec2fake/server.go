@@ -7,7 +7,8 @@
 // ec2.Options.BaseEndpoint / AWS_ENDPOINT_URL_EC2.
 //
 // What EC2 assigns shows up in IMDS after Config.IMDSLag, reproducing the
-// staleness of real IMDS. Instance-type limits are enforced with EC2's error
+// staleness of real IMDS; Config.Latency adds per-action reply times and a
+// delay before an attached ENI's link appears (OnLink hooks). Instance-type limits are enforced with EC2's error
 // codes. Test hooks count calls per action, inject throttling, errors and
 // latency, pre-seed state and read it back.
 //
@@ -16,6 +17,7 @@ package ec2fake
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -54,6 +56,9 @@ type Config struct {
 	// reading a larger reply with "use of closed network connection". 100µs
 	// already avoids it in practice, even under -race.
 	EC2BaseLatency time.Duration
+	// Latency makes the fake take as long as EC2 and the instance do (see
+	// RealisticLatency); nil answers at once.
+	Latency *Latency
 }
 
 // defaultEC2BaseLatency is the EC2 reply delay when Config leaves it zero.
@@ -109,6 +114,9 @@ type Server struct {
 	imdsLatency time.Duration
 	hooks       map[string]func()
 	former      []string // instances served before BecomeInstance
+	profile     Latency
+	rng         *rand.Rand
+	linkHooks   []func(ENI)
 
 	lmu     sync.Mutex
 	servers []*http.Server
@@ -175,6 +183,13 @@ func (s *Server) normalize(cfg Config) error {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	if cfg.Latency != nil {
+		s.profile = cfg.Latency.clone()
+		if cfg.IMDSLag == 0 {
+			cfg.IMDSLag = s.profile.IMDSLag
+		}
+	}
+	s.rng = newRNG(s.profile.Seed)
 	s.allTypes = DefaultLimits()
 	for k, v := range cfg.Limits {
 		s.allTypes[k] = v

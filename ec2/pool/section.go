@@ -56,6 +56,13 @@ type EC2 struct {
 	// IMDS lags: when EC2 has confirmed the store, the same disagreement
 	// does not cost another call each pass; a new one does.
 	Drift string `json:"drift,omitempty"`
+	// LastPass is the outcome of the last warm pass that ADDs waiting on a
+	// dry pool waited for; such an ADD that gets no address fails with
+	// its reason.
+	LastPass *PassOutcome `json:"lastPass,omitempty"`
+	// PassStartedAt is when a warm pass with ADDs waiting for it began, so
+	// they know it is under way and do not start another.
+	PassStartedAt time.Time `json:"passStartedAt,omitzero"`
 }
 
 // Limits are the instance type's ENI limits, from DescribeInstanceTypes.

@@ -1,0 +1,104 @@
+package ec2
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/smithy-go"
+
+	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/ec2/pool"
+)
+
+// maxOutcomeMessage bounds the error text kept with an outcome: it ends up
+// in a pod's event, and SDK errors can be long.
+const maxOutcomeMessage = 400
+
+// markStarted records that a pass with ADDs waiting for it has begun, so
+// they do not start another meanwhile. Nothing is written when nobody
+// waits: a quiet node's passes write nothing.
+func (w *Warmer) markStarted(ctx context.Context) error {
+	return w.Mgr.Update(ctx, func(st *alloc.State) (bool, error) {
+		if st.Waiting(w.now()) == 0 {
+			return false, nil
+		}
+		section(st).PassStartedAt = w.now().UTC()
+		return true, nil
+	})
+}
+
+// recordOutcome saves how the pass ended and wakes waiting ADDs. It saves
+// only when ADDs wait for it (or waited when it began): a pass that nobody
+// waits for writes nothing it would not have written anyway, so a failed
+// timer pass leaves the store as it was.
+func (w *Warmer) recordOutcome(ctx context.Context, short bool, passErr error) error {
+	now := w.now()
+	o := pool.PassOutcome{At: now.UTC(), Result: classify(short, passErr)}
+	if passErr != nil {
+		o.Message = passErr.Error()
+		if len(o.Message) > maxOutcomeMessage {
+			o.Message = o.Message[:maxOutcomeMessage] + "…"
+		}
+	}
+	saved := false
+	// Recorded even when the pass ran out of time: waiters need it most
+	// then.
+	err := w.Mgr.Update(context.WithoutCancel(ctx), func(st *alloc.State) (bool, error) {
+		if st.Waiting(now) == 0 && (st.EC2 == nil || st.EC2.PassStartedAt.IsZero()) {
+			return false, nil
+		}
+		src := section(st)
+		src.LastPass, src.PassStartedAt, saved = &o, time.Time{}, true
+		return true, nil
+	})
+	if saved {
+		w.wake()
+	}
+	return err
+}
+
+// Failed records, for ADDs waiting on a dry pool, a pass that could not
+// start (IMDS unreadable).
+func (w *Warmer) Failed(ctx context.Context, passErr error) error {
+	return w.recordOutcome(ctx, false, passErr)
+}
+
+// deniedCodes are EC2's answers to a caller that may not make the call.
+var deniedCodes = map[string]bool{
+	"UnauthorizedOperation": true, "AccessDenied": true, "AccessDeniedException": true,
+	"AuthFailure": true, "Blocked": true, "OptInRequired": true,
+}
+
+// classify names how a pass ended, from EC2's error codes (not messages).
+func classify(short bool, err error) string {
+	if err == nil {
+		if short {
+			return pool.PassInstanceLimit
+		}
+		return pool.PassDone
+	}
+	var quota ratelimit.QuotaExceededError
+	if errors.As(err, &quota) {
+		return pool.PassThrottled // the SDK's retry budget ran out on throttling
+	}
+	var api smithy.APIError
+	if !errors.As(err, &api) {
+		return pool.PassFailed
+	}
+	code := api.ErrorCode()
+	if _, ok := retry.DefaultThrottleErrorCodes[code]; ok {
+		return pool.PassThrottled
+	}
+	switch {
+	case deniedCodes[code]:
+		return pool.PassDenied
+	case code == "InsufficientFreeAddressesInSubnet" || code == "InsufficientCidrBlocks":
+		return pool.PassSubnetFull
+	case code == "AttachmentLimitExceeded" || code == "PrivateIpAddressLimitExceeded":
+		return pool.PassInstanceLimit
+	}
+	return pool.PassFailed
+}

@@ -1,0 +1,49 @@
+package pool
+
+import "time"
+
+// Results of a warm pass, as PassOutcome.Result: what an ADD waiting on a
+// dry pool reports when it gets no address.
+const (
+	PassDone          = "done"           // the pool reached its targets
+	PassThrottled     = "throttled"      // EC2 throttled the calls (RequestLimitExceeded) beyond the SDK's retries
+	PassDenied        = "iam-denied"     // the instance role may not make a call (UnauthorizedOperation)
+	PassSubnetFull    = "subnet-full"    // the subnet has no free addresses or /28 blocks left
+	PassInstanceLimit = "instance-limit" // every ENI the type and maxENIs allow is full
+	PassFailed        = "failed"         // anything else; Message says what
+)
+
+// PassOutcome is how the last warm pass ended.
+type PassOutcome struct {
+	At      time.Time `json:"at"`
+	Result  string    `json:"result"`
+	Message string    `json:"message,omitempty"`
+}
+
+// Failed reports whether the pass could not do its work for a reason that
+// a waiting ADD should report (a full node is reported as such instead).
+func (o *PassOutcome) Failed() bool {
+	return o != nil && o.Result != PassDone && o.Result != PassInstanceLimit
+}
+
+// Describe is the outcome in words, for messages.
+func (o *PassOutcome) Describe() string {
+	if o == nil {
+		return "no warm pass recorded"
+	}
+	what := map[string]string{
+		PassDone:          "done",
+		PassThrottled:     "throttled by EC2",
+		PassDenied:        "denied by IAM (the instance role lacks a permission)",
+		PassSubnetFull:    "the subnet is full",
+		PassInstanceLimit: "the instance's ENI and address limits are reached",
+		PassFailed:        "failed",
+	}[o.Result]
+	if what == "" {
+		what = o.Result
+	}
+	if o.Message != "" {
+		return what + ": " + o.Message
+	}
+	return what
+}
