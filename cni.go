@@ -116,7 +116,7 @@ func newPlugin(cfg *config) (*plugin, error) {
 	}
 	var src poolSource = staticSource{cfg.Pool}
 	if cfg.Source == sourceEC2 {
-		ec2src := ec2Source{cfg: cfg, mgr: mgr}
+		ec2src := ec2Source{cfg: cfg, mgr: mgr, warm: newNodeWarm()}
 		src, mgr.Admit = ec2src, ec2src.admit
 	}
 	return newPluginWith(cfg, mgr, kernel{}, src), nil
@@ -133,9 +133,9 @@ func cmdAdd(args *skel.CmdArgs) error {
 		}
 		res, err := p.add(ctx, at)
 		if err != nil {
-			return nil, err
+			return p.addAttrs, err
 		}
-		attrs := []any{"ip", res.IPs[0].Address.IP.String(), "pod", at.PodNamespace + "/" + at.PodName}
+		attrs := append([]any{"ip", res.IPs[0].Address.IP.String(), "pod", at.PodNamespace + "/" + at.PodName}, p.addAttrs...)
 		if err := types.PrintResult(res, p.cfg.CNIVersion); err != nil {
 			return attrs, fmt.Errorf("print result: %w", err)
 		}

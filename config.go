@@ -104,7 +104,8 @@ type ec2Conf struct {
 	Tags             map[string]string `json:"tags"`
 	// ExcludeIPs are addresses (or CIDRs) never handed to pods, though
 	// they are on an ENI eni-cni manages: a VIP, an Elastic IP's address.
-	ExcludeIPs []string `json:"excludeIPs"`
+	ExcludeIPs     []string `json:"excludeIPs"`
+	AddWaitSeconds *float64 `json:"addWaitSeconds"`
 }
 
 // config is the validated, typed form of netConf that the verbs use.
@@ -129,7 +130,10 @@ type config struct {
 	// metricsPath for the default.
 	MetricsFile string
 	// ec2 source
-	Warm         pool.WarmConfig
+	Warm pool.WarmConfig
+	// AddWait is how long ADD on a dry pool waits for `warm` (0: it
+	// fails at once with code 11, as before demand-driven warm).
+	AddWait      time.Duration
 	IMDSEndpoint string
 	EC2Endpoint  string
 	SNAT         bool
@@ -311,6 +315,20 @@ const (
 	defaultTrimAfter    = 5 * time.Minute
 )
 
+// defaultAddWait bounds how long ADD waits on a dry pool. The runtimes
+// give the whole sandbox creation far more: kubelet calls RunPodSandbox
+// with twice its runtimeRequestTimeout (2 min by default, so 4 min:
+// k8s.io/cri-client remote_runtime.go, kubelet config defaults.go) and
+// containerd runs CNI ADD under that request's context with no timeout of
+// its own (internal/cri/server/sandbox_run.go, setupPodNetwork). 25 s
+// covers a warm pass that creates and attaches ENIs (a few seconds each
+// on EC2) and leaves room for the pause container after it; maxAddWait
+// keeps the wait well inside the 4 minutes.
+const (
+	defaultAddWait = 25 * time.Second
+	maxAddWait     = 180 * time.Second
+)
+
 func (c *config) parseEC2() error {
 	inPool, top := c.conf.Pool.ec2Conf, c.conf.ec2Conf
 	w := pool.WarmConfig{
@@ -359,6 +377,17 @@ func (c *config) parseEC2() error {
 	c.Warm = w
 	c.IMDSEndpoint, c.EC2Endpoint, c.SNAT = c.conf.IMDSEndpoint, c.conf.EC2Endpoint, c.conf.SNAT
 	c.IMDSv1Fallback = c.conf.IMDSv1Fallback
+	wait := inPool.AddWaitSeconds
+	if wait == nil {
+		wait = top.AddWaitSeconds
+	}
+	var err error
+	if c.AddWait, err = seconds("addWaitSeconds", wait, defaultAddWait); err != nil {
+		return err
+	}
+	if c.AddWait > maxAddWait {
+		return fmt.Errorf("%w: addWaitSeconds %v is above %v (kubelet gives the whole sandbox creation 4 minutes)", errInvalidConfig, c.AddWait.Seconds(), maxAddWait.Seconds())
+	}
 	return nil
 }
 

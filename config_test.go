@@ -190,3 +190,29 @@ func TestParseConfigEC2(t *testing.T) {
 		t.Errorf("the pool does not exclude them: %#v", c.Pool)
 	}
 }
+
+func TestParseConfigAddWait(t *testing.T) {
+	for _, tc := range []struct {
+		conf string
+		want time.Duration
+	}{
+		{`{"name":"pods"}`, 25 * time.Second},
+		{`{"name":"pods","pool":{"addWaitSeconds":40}}`, 40 * time.Second},
+		{`{"name":"pods","addWaitSeconds":12.5}`, 12500 * time.Millisecond},
+		{`{"name":"pods","addWaitSeconds":30,"pool":{"addWaitSeconds":0}}`, 0},
+	} {
+		c, err := parseConfig([]byte(tc.conf))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.conf, err)
+		}
+		if c.AddWait != tc.want {
+			t.Errorf("%s: addWait %s, want %s", tc.conf, c.AddWait, tc.want)
+		}
+	}
+	for _, bad := range []string{`{"name":"pods","pool":{"addWaitSeconds":-1}}`, `{"name":"pods","addWaitSeconds":181}`, `{"name":"pods","addWaitSeconds":"5"}`} {
+		_, err := parseConfig([]byte(bad))
+		if err == nil || !strings.Contains(err.Error(), "addWaitSeconds") && !errors.Is(err, errDecode) {
+			t.Errorf("%s: %v, want an error naming addWaitSeconds", bad, err)
+		}
+	}
+}

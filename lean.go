@@ -192,18 +192,6 @@ func internalCmd(ctx context.Context, exe *fullexec.Exe, cfg *config, what strin
 	return cmd
 }
 
-// withoutCNI drops the CNI_* variables so the child runs a subcommand, not
-// a CNI verb.
-func withoutCNI(env []string) []string {
-	out := env[:0:0]
-	for _, e := range env {
-		if !strings.HasPrefix(e, "CNI_") {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
 func imdsRefresh(ctx context.Context, cfg *config, _ *alloc.Manager) (internalResult, error) {
 	var r internalResult
 	err := runInternal(ctx, cfg, "imds-refresh", &r)

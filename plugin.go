@@ -74,7 +74,10 @@ type plugin struct {
 	mgr    *alloc.Manager
 	wire   wirer
 	source poolSource
-	log    *slog.Logger // nil: slog.Default()
+	// addAttrs are what the last ADD's allocation adds to its log line
+	// (how long it waited on a dry pool, how warm was started).
+	addAttrs []any
+	log      *slog.Logger // nil: slog.Default()
 }
 
 // newPluginWith wires the verbs' dependencies together; the store refuses
@@ -144,8 +147,9 @@ func (p *plugin) podSpec(a alloc.Allocation, netns string, r podRouting) netsetu
 	}
 }
 
-// allocate takes an address; when the pool is empty it lets the source
-// look once for addresses the store does not know yet (IMDS), then retries.
+// allocate takes an address; when the pool is empty the source may find
+// one (IMDS) or wait for one (ec2: warm, started for this ADD), or says why
+// there is none.
 func (p *plugin) allocate(ctx context.Context, req alloc.Request) (alloc.Allocation, bool, *pool.EC2, error) {
 	a, existed, source, err := p.mgr.AllocateWithSource(ctx, req)
 	if errors.Is(err, errIdentityUnchecked) {
@@ -158,10 +162,8 @@ func (p *plugin) allocate(ctx context.Context, req alloc.Request) (alloc.Allocat
 	if !errors.Is(err, alloc.ErrPoolExhausted) {
 		return a, existed, source, err
 	}
-	if n, rerr := p.source.refresh(ctx); rerr == nil && n > 0 {
-		return p.mgr.AllocateWithSource(ctx, req)
-	}
-	return a, existed, source, p.source.exhausted(err)
+	a, existed, source, p.addAttrs, err = p.source.dry(ctx, req, err)
+	return a, existed, source, err
 }
 
 // add gives the attachment an address and wires it. Repeating ADD returns
@@ -237,7 +239,9 @@ func (p *plugin) result(a alloc.Allocation, netns string, l netsetup.Links) *cur
 // found by the names the store recorded. An unknown attachment gets a
 // best-effort teardown by derived name and is not an error.
 func (p *plugin) del(ctx context.Context, k alloc.Key) error {
-	a, found, err := p.mgr.Get(ctx, k)
+	// Withdraw also cancels an ADD of k still waiting on a dry pool: the
+	// runtime has given up on it.
+	a, found, err := p.mgr.Withdraw(ctx, k)
 	if storeUnusable(err) {
 		return p.delWithoutStore(k, err)
 	}

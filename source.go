@@ -23,13 +23,15 @@ type poolSource interface {
 	// routing is prepare without changing anything, for CHECK; an error
 	// means the routing cannot be known (CHECK fails rather than skip).
 	routing(a alloc.Allocation, sec *pool.EC2) (podRouting, error)
-	// refresh looks for addresses the store does not know yet, once, when
-	// the pool is empty; it returns how many it added.
+	// refresh compares the store with the instance (IMDS) and adds the
+	// addresses it does not know yet; it returns how many it added.
 	refresh(ctx context.Context) (int, error)
+	// dry serves an ADD that found no free address (cause): it may find
+	// or wait for one, or explains the empty pool. attrs go to the ADD's
+	// log line.
+	dry(ctx context.Context, req alloc.Request, cause error) (a alloc.Allocation, existed bool, sec *pool.EC2, attrs []any, err error)
 	// ready reports whether ADD can work at all (STATUS).
 	ready(ctx context.Context, st *alloc.State) error
-	// exhausted explains an empty pool to the operator.
-	exhausted(err error) error
 }
 
 // podRouting is the policy routing of a pod address: the table of its
@@ -50,7 +52,11 @@ func (s staticSource) routing(alloc.Allocation, *pool.EC2) (podRouting, error) {
 	return podRouting{}, nil
 }
 func (s staticSource) refresh(context.Context) (int, error) { return 0, nil }
-func (s staticSource) exhausted(err error) error            { return err }
+
+// dry: a static pool gets no new addresses; the runtime retries (code 11).
+func (s staticSource) dry(_ context.Context, _ alloc.Request, cause error) (alloc.Allocation, bool, *pool.EC2, []any, error) {
+	return alloc.Allocation{}, false, nil, nil, cause
+}
 func (s staticSource) ready(_ context.Context, st *alloc.State) error {
 	if s.pool.Size(st) == 0 {
 		return fmt.Errorf("%w: the static pool has no addresses", errNotReady)
@@ -60,11 +66,14 @@ func (s staticSource) ready(_ context.Context, st *alloc.State) error {
 
 // ec2Source hands out the ENI secondary addresses `eni-cni warm` put in the
 // store. ADD never calls EC2; it reads IMDS on the first allocation of a
-// boot (to check the store describes this instance) and when the pool is
-// empty.
+// boot (to check the store describes this instance), and when the pool is
+// empty it may read IMDS once, then starts a warm pass and waits for it
+// (demand.go).
 type ec2Source struct {
-	cfg *config
-	mgr *alloc.Manager
+	cfg  *config
+	mgr  *alloc.Manager
+	warm warmStarter      // nil: never start a pass (tests)
+	now  func() time.Time // nil: time.Now
 }
 
 // errIdentityUnchecked: the store has not been compared with IMDS in this
@@ -208,8 +217,22 @@ func (s ec2Source) refresh(ctx context.Context) (int, error) {
 	return r.Added, nil
 }
 
-func (s ec2Source) exhausted(err error) error {
-	return fmt.Errorf("%w; IMDS lists no new addresses either: check that `eni-cni warm` runs (eni-cni-warm.timer) and its output", err)
+// dry looks at IMDS once (addresses assigned by something else), then, if
+// addWaitSeconds allows, waits for warm.
+func (s ec2Source) dry(ctx context.Context, req alloc.Request, cause error) (alloc.Allocation, bool, *pool.EC2, []any, error) {
+	if n := s.lookIMDS(ctx); n > 0 {
+		a, existed, source, err := s.mgr.AllocateWithSource(ctx, req)
+		if !errors.Is(err, alloc.ErrPoolExhausted) {
+			return a, existed, source, nil, err
+		}
+		cause = err
+	}
+	if s.cfg.AddWait <= 0 {
+		return alloc.Allocation{}, false, nil, nil, s.exhausted(cause)
+	}
+	var res waitResult
+	a, existed, source, err := s.wait(ctx, req, &res)
+	return a, existed, source, res.attrs(), err
 }
 
 // ready: a pool with addresses can serve ADD; an empty one can if IMDS

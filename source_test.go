@@ -27,7 +27,7 @@ func newEC2Plugin(t *testing.T, imdsURL string) (*plugin, *alloc.DiskStore) {
 	t.Helper()
 	p, _, _ := newTestPlugin(t, "10.99.0.0/24")
 	dir := t.TempDir()
-	cfg, err := parseConfig([]byte(`{"cniVersion":"1.0.0","name":"pods","stateDir":"` + dir + `","pool":{"source":"ec2"},"imdsEndpoint":"` + imdsURL + `"}`))
+	cfg, err := parseConfig([]byte(`{"cniVersion":"1.0.0","name":"pods","stateDir":"` + dir + `","pool":{"source":"ec2","addWaitSeconds":0},"imdsEndpoint":"` + imdsURL + `"}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,277 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/gofrs/flock"
+
+	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/ec2/pool"
+)
+
+// How an ADD waits on a dry ec2 pool.
+const (
+	// recheckEvery bounds each sleep: a waiter looks at the store at least
+	// this often even if no wake-up comes (a lost event, a pass by an
+	// older binary).
+	recheckEvery = 5 * time.Second
+	// triggerTimeout: a start that has not become a running pass by then
+	// is tried again.
+	triggerTimeout = 5 * time.Second
+	// passStall: a pass marked as running for longer than this died.
+	passStall = 60 * time.Second
+	// failFresh: after a warm pass failed this recently, an ADD on a dry
+	// pool fails at once with its reason instead of starting another pass
+	// into the same wall (a denied role, a full subnet, throttling).
+	failFresh = 10 * time.Second
+)
+
+// imdsLockName is held by the one ADD reading IMDS on a dry pool.
+const imdsLockName = "imds.lock"
+
+// errWithdrawn: the attachment was deleted while its ADD waited.
+var errWithdrawn = errors.New("the attachment was deleted (DEL) while its ADD waited for an address")
+
+// lookIMDS merges addresses IMDS lists and the store does not know (put
+// there by something other than warm) and returns how many. Only one ADD
+// at a time looks: in a burst on a dry pool the others go straight to
+// waiting, which costs them nothing, instead of each starting the full
+// build and reading IMDS.
+func (s ec2Source) lookIMDS(ctx context.Context) int {
+	if d, ok := s.mgr.Store.(interface{ Dir() string }); ok {
+		fl := flock.New(filepath.Join(d.Dir(), imdsLockName), flock.SetPermissions(0o600))
+		if ok, err := fl.TryLock(); err != nil || !ok {
+			return 0
+		}
+		defer fl.Unlock()
+	}
+	n, err := s.refresh(ctx)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// waitResult is what the wait did, for the ADD's log line and messages.
+type waitResult struct {
+	waited  time.Duration
+	trigger string // how the warm pass was started, if this ADD started one
+	err     error  // starting it failed
+}
+
+func (r waitResult) attrs() []any {
+	a := []any{"waitedMs", r.waited.Milliseconds()}
+	if r.trigger != "" {
+		a = append(a, "warm", r.trigger)
+	}
+	if r.err != nil {
+		a = append(a, "warmErr", r.err.Error())
+	}
+	return a
+}
+
+// step is the decision of one look at the store.
+type step struct {
+	a       alloc.Allocation
+	existed bool
+	got     bool      // a has the attachment's address
+	fail    error     // give up with this
+	trigger bool      // start a warm pass, after the lock is released
+	next    time.Time // look again at the latest then
+}
+
+// wait records the ADD's demand, starts a warm pass unless one is on its
+// way, and waits (bounded by addWaitSeconds) to be woken by warm, a
+// cooldown ending or the safety recheck, then tries again. It ends with an
+// address, or with code 11 and the reason: the node is full (with
+// kubelet's maxPods for it), the last warm pass failed (and why), the
+// attachment was deleted meanwhile, or the time is up.
+func (s ec2Source) wait(ctx context.Context, req alloc.Request, res *waitResult) (alloc.Allocation, bool, *pool.EC2, error) {
+	// Watch before the first look, so a wake-up between the look and the
+	// sleep is not lost.
+	w, err := s.mgr.Watch()
+	if err != nil {
+		return alloc.Allocation{}, false, nil, err
+	}
+	defer w.Close()
+	start := s.clock()
+	until := start.Add(s.cfg.AddWait)
+	defer func() { res.waited = s.clock().Sub(start) }()
+	for first := true; ; first = false {
+		var st step
+		var source *pool.EC2
+		err := s.mgr.Update(ctx, func(state *alloc.State) (bool, error) {
+			source = state.EC2
+			var changed bool
+			var err error
+			st, changed, err = s.look(state, req, first, start, until, *res)
+			return changed, err
+		})
+		switch {
+		case err != nil:
+			return alloc.Allocation{}, false, nil, fmt.Errorf("allocate ip for %s: %w", req.Key, err)
+		case st.got:
+			return st.a, st.existed, source, nil
+		case st.fail != nil:
+			return alloc.Allocation{}, false, nil, st.fail
+		case st.trigger:
+			res.trigger, res.err = s.warm.startWarm(ctx, s.cfg)
+		}
+		if _, err := w.Wait(ctx, max(st.next.Sub(s.clock()), time.Millisecond)); err != nil {
+			return alloc.Allocation{}, false, nil, fmt.Errorf("allocate ip for %s: wait for an address: %w", req.Key, err)
+		}
+	}
+}
+
+// look is one look at the store, under the lock: take an address if there
+// is one, else decide whether to give up, what to record and when to look
+// again. changed reports whether st must be saved.
+func (s ec2Source) look(st *alloc.State, req alloc.Request, first bool, start, until time.Time, res waitResult) (step, bool, error) {
+	a, existed, changed, allocErr := s.mgr.AllocateIn(st, req)
+	if allocErr == nil {
+		return step{a: a, existed: existed, got: true}, changed, nil
+	}
+	if !errors.Is(allocErr, alloc.ErrPoolExhausted) {
+		return step{}, false, allocErr
+	}
+	src := st.EC2
+	if src == nil { // a node warm never described: no limits, no outcome
+		src = &pool.EC2{}
+	}
+	now := s.clock()
+	cause := fmt.Errorf("allocate ip for %s: %w", req.Key, allocErr)
+	if reason := s.hopeless(st, src, now, start, until, first); reason != "" {
+		return step{fail: fmt.Errorf("%w; %s", cause, reason)}, st.DropDemand(req.Key), nil
+	}
+	// (The demand itself expires at until: the time is up, not withdrawn.
+	// It may have been pruned from st already; the save writes it out.)
+	if !now.Before(until) {
+		st.DropDemand(req.Key)
+		return step{fail: fmt.Errorf("%w; %s", cause, s.timedOut(src, start, res))}, true, nil
+	}
+	i := st.FindDemand(req.Key)
+	if !first && i < 0 {
+		return step{fail: fmt.Errorf("%w; %w", cause, errWithdrawn)}, false, nil
+	}
+	if first {
+		st.Demands = append(st.Demands, alloc.Demand{Key: req.Key, Since: now.UTC(), Until: until.UTC()})
+		i, changed = len(st.Demands)-1, true
+	}
+	out := step{next: nextLook(st, now, until)}
+	// At the hard limit (waiting for a cooldown to end) warm cannot help.
+	if s.warm != nil && !src.AtHardLimit(s.cfg.Warm.MaxENIs) && needTrigger(st, src, now) {
+		st.Demands[i].TriggeredAt = now.UTC()
+		out.trigger, changed = true, true
+	}
+	return out, changed, nil
+}
+
+// hopeless returns why waiting cannot help, or "".
+func (s ec2Source) hopeless(st *alloc.State, src *pool.EC2, now, start, until time.Time, first bool) string {
+	if src.AtHardLimit(s.cfg.Warm.MaxENIs) && !coolingEndsBy(st, now, until) {
+		return s.nodeFull(st, src)
+	}
+	lp := src.LastPass
+	if lp == nil {
+		return ""
+	}
+	ended := lp.At.After(start) // a pass that ended while this ADD waited
+	switch {
+	case lp.Failed() && (ended || (first && now.Sub(lp.At) < failFresh)):
+		return fmt.Sprintf("the warm pass of %s failed (%s); eni-cni warm retries on its timer", lp.At.Local().Format(time.TimeOnly), lp.Describe())
+	case lp.Result == pool.PassInstanceLimit && ended && !coolingEndsBy(st, now, until):
+		return "warm could add no address: " + lp.Describe()
+	}
+	return ""
+}
+
+// nodeFull is the message of a node at its hard limit: it cannot address
+// more pods, and kubelet's maxPods should say so to the scheduler.
+func (s ec2Source) nodeFull(st *alloc.State, src *pool.EC2) string {
+	l := *src.Limits
+	pd, maxENIs := s.cfg.Warm.PrefixDelegation, s.cfg.Warm.MaxENIs
+	limit := fmt.Sprintf("all %d ENIs %s allows", l.ENILimit(maxENIs), src.InstanceType)
+	if maxENIs > 0 && maxENIs < l.MaxENIs {
+		limit = fmt.Sprintf("all %d ENIs maxENIs allows (%s takes %d)", maxENIs, src.InstanceType, l.MaxENIs)
+	}
+	return fmt.Sprintf("node is full: %s hold all the addresses they can (%d pod addresses, %d allocated); "+
+		"set kubelet's maxPods to %d for this instance type and configuration so that no more pods are scheduled here (eni-cni max-pods)",
+		limit, pool.PodAddresses(l, pd, maxENIs), len(st.Allocations), pool.MaxPods(l, pd, maxENIs))
+}
+
+// timedOut says why the wait ended without an address.
+func (s ec2Source) timedOut(src *pool.EC2, start time.Time, res waitResult) string {
+	msg := fmt.Sprintf("waited %s for eni-cni warm", s.cfg.AddWait)
+	if res.trigger != "" {
+		msg += " (started as " + res.trigger + ")"
+	}
+	if res.err != nil {
+		msg += "; starting it failed: " + res.err.Error()
+	}
+	if lp := src.LastPass; lp != nil && lp.At.After(start) {
+		return msg + "; its last pass ended " + lp.Describe() + " but left no address for this pod (other pods took them)"
+	}
+	return msg + "; no pass finished meanwhile: check `eni-cni warm` and its log"
+}
+
+// needTrigger reports whether a warm pass must be started for the waiting
+// ADDs: none was started for them, or one ended since the last start and
+// they still wait, or the last start has not become a running pass.
+func needTrigger(st *alloc.State, src *pool.EC2, now time.Time) bool {
+	var last time.Time
+	for _, d := range st.Demands {
+		if now.Before(d.Until) && d.TriggeredAt.After(last) {
+			last = d.TriggeredAt
+		}
+	}
+	switch {
+	case last.IsZero():
+		return true
+	case src.LastPass != nil && src.LastPass.At.After(last):
+		return true
+	case !src.PassStartedAt.Before(last) && now.Sub(src.PassStartedAt) < passStall:
+		return false // the pass started for them is running
+	}
+	return now.Sub(last) >= triggerTimeout
+}
+
+// coolingEndsBy reports whether a cooling address becomes usable before t.
+func coolingEndsBy(st *alloc.State, now, t time.Time) bool {
+	for _, c := range st.Cooling {
+		if c.Until.After(now) && c.Until.Before(t) {
+			return true
+		}
+	}
+	return false
+}
+
+// nextLook is when to look again without a wake-up: the end of a cooldown
+// (nothing is written when one ends), the safety recheck or the deadline.
+func nextLook(st *alloc.State, now, until time.Time) time.Time {
+	next := now.Add(recheckEvery)
+	if until.Before(next) {
+		next = until
+	}
+	for _, c := range st.Cooling {
+		if c.Until.After(now) && c.Until.Before(next) {
+			next = c.Until
+		}
+	}
+	return next
+}
+
+func (s ec2Source) clock() time.Time {
+	if s.now != nil {
+		return s.now()
+	}
+	return time.Now()
+}
+
+// exhausted explains an empty pool when ADD does not wait (addWaitSeconds 0).
+func (s ec2Source) exhausted(err error) error {
+	return fmt.Errorf("%w; IMDS lists no new addresses either: check that `eni-cni warm` runs (eni-cni-warm.timer) and its output", err)
+}

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// warmStarter starts one `eni-cni warm` pass for the configuration and
+// returns without waiting for it. It says how, for messages and the log.
+// Two starts at once make one pass: warm takes warm.lock, and a pass that
+// finds it taken exits at once.
+type warmStarter interface {
+	startWarm(ctx context.Context, cfg *config) (how string, err error)
+}
+
+// Names of the timer's unit and of the files a started pass uses.
+const (
+	warmUnit     = "eni-cni-warm.service"
+	warmConfName = "warm.conf" // the ADD's configuration, for a pass it starts
+	warmLogName  = "warm.log"  // its output when the plugin has no logFile
+	maxWarmLog   = 1 << 20     // warm.log is started afresh beyond this
+)
+
+// nodeWarm starts passes on a real node: through systemd when it runs and
+// the timer's unit is installed and would warm this very network (so the
+// pass runs in the unit's cgroup, with its logs, and systemd itself keeps
+// it single), else as a process of its own.
+type nodeWarm struct {
+	systemdRun string   // exists as a directory when systemd is PID 1 (sd_booted(3))
+	unitDirs   []string // where an installed unit may be
+	confDir    string   // where the unit's `eni-cni warm` finds its configuration
+	systemctl  string
+}
+
+func newNodeWarm() nodeWarm {
+	return nodeWarm{
+		systemdRun: "/run/systemd/system",
+		unitDirs:   []string{"/etc/systemd/system", "/run/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system"},
+		confDir:    defaultConfDir,
+		systemctl:  "systemctl",
+	}
+}
+
+func (n nodeWarm) startWarm(ctx context.Context, cfg *config) (string, error) {
+	var unitErr error
+	if n.unitServes(cfg) {
+		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		// --no-block: queue the start and return; the unit is oneshot, so a
+		// start while it runs joins the running pass.
+		out, err := exec.CommandContext(ctx, n.systemctl, "start", "--no-block", warmUnit).CombinedOutput()
+		if err == nil {
+			return "systemd unit " + warmUnit, nil
+		}
+		unitErr = fmt.Errorf("systemctl start %s: %v: %s", warmUnit, err, strings.TrimSpace(string(out)))
+	}
+	how, err := spawnWarm(cfg)
+	if unitErr != nil {
+		how = how + " (" + unitErr.Error() + ")"
+	}
+	return how, err
+}
+
+// unitServes reports whether the installed timer unit would warm cfg's
+// network: `eni-cni warm` without --config takes the first eni-cni
+// conflist in /etc/cni/net.d, which must name the same network and state.
+func (n nodeWarm) unitServes(cfg *config) bool {
+	if fi, err := os.Stat(n.systemdRun); err != nil || !fi.IsDir() {
+		return false
+	}
+	installed := false
+	for _, d := range n.unitDirs {
+		if _, err := os.Stat(filepath.Join(d, warmUnit)); err == nil {
+			installed = true
+			break
+		}
+	}
+	if !installed {
+		return false
+	}
+	data, _, err := findConfig("", n.confDir)
+	if err != nil {
+		return false
+	}
+	unitCfg, err := parseConfig(data)
+	return err == nil && unitCfg.Network == cfg.Network && unitCfg.StateDir == cfg.StateDir
+}
+
+// spawnWarm starts `eni-cni warm --config <stateDir>/warm.conf` as a
+// process of its own: a new session (the runtime's signals to the ADD's
+// process group do not reach it, and it outlives the ADD), stdin from
+// /dev/null, output appended to the plugin's log file (or warm.log in the
+// state directory). It must not inherit the ADD's stdout or stderr: the
+// runtime reads those until every writer has closed them.
+func spawnWarm(cfg *config) (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("start eni-cni warm: %w", err)
+	}
+	confPath := filepath.Join(cfg.StateDir, warmConfName)
+	if err := writeIfChanged(confPath, cfg.raw); err != nil {
+		return "", fmt.Errorf("start eni-cni warm: %w", err)
+	}
+	out, err := openWarmLog(cfg)
+	if err != nil {
+		return "", fmt.Errorf("start eni-cni warm: %w", err)
+	}
+	defer out.Close()
+	cmd := exec.Command(exe, "warm", "--config", confPath)
+	cmd.Env = withoutCNI(os.Environ())
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return "", fmt.Errorf("start eni-cni warm: %w", err)
+	}
+	pid := cmd.Process.Pid
+	// Not waited for: it is reaped by whoever inherits it when this short
+	// process exits.
+	_ = cmd.Process.Release()
+	return fmt.Sprintf("process %d (%s warm --config %s)", pid, exe, confPath), nil
+}
+
+func openWarmLog(cfg *config) (*os.File, error) {
+	path := cfg.LogFile
+	if path == "" {
+		path = filepath.Join(cfg.StateDir, warmLogName)
+		if fi, err := os.Stat(path); err == nil && fi.Size() > maxWarmLog {
+			os.Remove(path)
+		}
+	}
+	return os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+}
+
+// writeIfChanged replaces path with data (temporary file and rename) unless
+// it already holds exactly that, so ADDs that start warm passes do not
+// rewrite it every time, and a pass never reads half a file.
+func writeIfChanged(path string, data []byte) error {
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
+		return nil
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, bytes.NewReader(data))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
+}
+
+// withoutCNI drops the CNI_* variables so a child runs a subcommand, not
+// a CNI verb.
+func withoutCNI(env []string) []string {
+	out := env[:0:0]
+	for _, e := range env {
+		if !strings.HasPrefix(e, "CNI_") {
+			out = append(out, e)
+		}
+	}
+	return out
+}
