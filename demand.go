@@ -58,9 +58,10 @@ func (s ec2Source) lookIMDS(ctx context.Context) int {
 
 // waitResult is what the wait did, for the ADD's log line and messages.
 type waitResult struct {
-	waited  time.Duration
-	trigger string // how the warm pass was started, if this ADD started one
-	err     error  // starting it failed
+	lookedIMDS bool
+	waited     time.Duration
+	trigger    string // how the warm pass was started, if this ADD started one
+	err        error  // starting it failed
 }
 
 func (r waitResult) attrs() []any {
@@ -80,6 +81,7 @@ type step struct {
 	existed bool
 	got     bool      // a has the attachment's address
 	fail    error     // give up with this
+	imds    bool      // look at IMDS before recording the demand
 	trigger bool      // start a warm pass, after the lock is released
 	next    time.Time // look again at the latest then
 }
@@ -101,7 +103,8 @@ func (s ec2Source) wait(ctx context.Context, req alloc.Request, res *waitResult)
 	start := s.clock()
 	until := start.Add(s.cfg.AddWait)
 	defer func() { res.waited = s.clock().Sub(start) }()
-	for first := true; ; first = false {
+	first := true
+	for {
 		var st step
 		var source *pool.EC2
 		err := s.mgr.Update(ctx, func(state *alloc.State) (bool, error) {
@@ -118,9 +121,16 @@ func (s ec2Source) wait(ctx context.Context, req alloc.Request, res *waitResult)
 			return st.a, st.existed, source, nil
 		case st.fail != nil:
 			return alloc.Allocation{}, false, nil, st.fail
+		case st.imds:
+			// Outside the lock: it reads IMDS (the lean build execs its
+			// full build for that).
+			res.lookedIMDS = true
+			s.lookIMDS(ctx)
+			continue // no demand recorded yet: the next look is still the first
 		case st.trigger:
 			res.trigger, res.err = s.warm.startWarm(ctx, s.cfg)
 		}
+		first = false
 		if _, err := w.Wait(ctx, max(st.next.Sub(s.clock()), time.Millisecond)); err != nil {
 			return alloc.Allocation{}, false, nil, fmt.Errorf("allocate ip for %s: wait for an address: %w", req.Key, err)
 		}
@@ -156,6 +166,12 @@ func (s ec2Source) look(st *alloc.State, req alloc.Request, first bool, start, u
 	i := st.FindDemand(req.Key)
 	if !first && i < 0 {
 		return step{fail: fmt.Errorf("%w; %w", cause, errWithdrawn)}, false, nil
+	}
+	if first && src.InstanceID != "" && st.Waiting(now) == 0 && !res.lookedIMDS {
+		// Addresses assigned by something else show in IMDS first. Not on
+		// a node warm never described (its pass discovers the instance
+		// anyway), nor when ADDs already wait (one of them looked).
+		return step{imds: true}, false, nil
 	}
 	if first {
 		st.Demands = append(st.Demands, alloc.Demand{Key: req.Key, Since: now.UTC(), Until: until.UTC()})

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -55,6 +56,16 @@ func runFull(cmd string, args []string, stdout, stderr io.Writer) error {
 		return cmdUninstall(args, stdout, stderr)
 	}
 	return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
+}
+
+// warmCommand is the command a dry-pool ADD starts as `eni-cni warm`:
+// this build.
+func warmCommand(_ *config, confPath string) (cmd *exec.Cmd, done func(), err error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, nil, err
+	}
+	return exec.Command(exe, "warm", "--config", confPath), func() {}, nil
 }
 
 // imdsRefresh checks the instance's identity and merges what IMDS lists

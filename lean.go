@@ -192,6 +192,18 @@ func internalCmd(ctx context.Context, exe *fullexec.Exe, cfg *config, what strin
 	return cmd
 }
 
+// warmCommand is the command a dry-pool ADD starts as `eni-cni warm`: the
+// full build itself (verified, as every delegation runs it), which saves
+// the pass an exec of this build on its way there. done releases the
+// build's descriptor once the command has started.
+func warmCommand(cfg *config, confPath string) (cmd *exec.Cmd, done func(), err error) {
+	exe, err := openFull("warm", cfg.StateDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	return exec.Command(exe.Path(), "warm", "--config", confPath), func() { exe.Close() }, nil
+}
+
 func imdsRefresh(ctx context.Context, cfg *config, _ *alloc.Manager) (internalResult, error) {
 	var r internalResult
 	err := runInternal(ctx, cfg, "imds-refresh", &r)

@@ -217,17 +217,18 @@ func (s ec2Source) refresh(ctx context.Context) (int, error) {
 	return r.Added, nil
 }
 
-// dry looks at IMDS once (addresses assigned by something else), then, if
-// addWaitSeconds allows, waits for warm.
+// dry waits for warm if addWaitSeconds allows (the wait looks at IMDS
+// first when that can help); else it looks at IMDS once (addresses
+// assigned by something else) and explains the empty pool.
 func (s ec2Source) dry(ctx context.Context, req alloc.Request, cause error) (alloc.Allocation, bool, *pool.EC2, []any, error) {
-	if n := s.lookIMDS(ctx); n > 0 {
-		a, existed, source, err := s.mgr.AllocateWithSource(ctx, req)
-		if !errors.Is(err, alloc.ErrPoolExhausted) {
-			return a, existed, source, nil, err
-		}
-		cause = err
-	}
 	if s.cfg.AddWait <= 0 {
+		if n := s.lookIMDS(ctx); n > 0 {
+			a, existed, source, err := s.mgr.AllocateWithSource(ctx, req)
+			if !errors.Is(err, alloc.ErrPoolExhausted) {
+				return a, existed, source, nil, err
+			}
+			cause = err
+		}
 		return alloc.Allocation{}, false, nil, nil, s.exhausted(cause)
 	}
 	var res waitResult

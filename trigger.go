@@ -101,10 +101,6 @@ func (n nodeWarm) unitServes(cfg *config) bool {
 // state directory). It must not inherit the ADD's stdout or stderr: the
 // runtime reads those until every writer has closed them.
 func spawnWarm(cfg *config) (string, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return "", fmt.Errorf("start eni-cni warm: %w", err)
-	}
 	confPath := filepath.Join(cfg.StateDir, warmConfName)
 	if err := writeIfChanged(confPath, cfg.raw); err != nil {
 		return "", fmt.Errorf("start eni-cni warm: %w", err)
@@ -114,7 +110,11 @@ func spawnWarm(cfg *config) (string, error) {
 		return "", fmt.Errorf("start eni-cni warm: %w", err)
 	}
 	defer out.Close()
-	cmd := exec.Command(exe, "warm", "--config", confPath)
+	cmd, done, err := warmCommand(cfg, confPath)
+	if err != nil {
+		return "", fmt.Errorf("start eni-cni warm: %w", err)
+	}
+	defer done()
 	cmd.Env = withoutCNI(os.Environ())
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -125,7 +125,7 @@ func spawnWarm(cfg *config) (string, error) {
 	// Not waited for: it is reaped by whoever inherits it when this short
 	// process exits.
 	_ = cmd.Process.Release()
-	return fmt.Sprintf("process %d (%s warm --config %s)", pid, exe, confPath), nil
+	return fmt.Sprintf("process %d (eni-cni warm --config %s)", pid, confPath), nil
 }
 
 func openWarmLog(cfg *config) (*os.File, error) {

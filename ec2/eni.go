@@ -57,6 +57,7 @@ func (w *Warmer) createENI(ctx context.Context, src *pool.EC2, need int) error {
 		return err
 	}
 	fault.Point("warm:after-pending-mark")
+	w.flushWake()
 	out, err := w.API.CreateNetworkInterface(ctx, in)
 	if err != nil {
 		err = fmt.Errorf("create ENI in %s: %w", subnet, err)
@@ -95,7 +96,7 @@ func (w *Warmer) createENI(ctx context.Context, src *pool.EC2, need int) error {
 	}
 	fault.Point("warm:after-record-eni")
 	w.say("created %s (card %d device %d, subnet %s, %s) with %d addresses", e.ID, e.NetworkCard, e.DeviceNumber, e.SubnetID, e.MAC, len(ips)+16*len(prefixes))
-	w.wake()
+	w.wakePending = true
 	return setupErr
 }
 

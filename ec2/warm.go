@@ -67,6 +67,12 @@ type Warmer struct {
 	Out  io.Writer
 	Log  *slog.Logger // optional; warnings also go here
 	Now  func() time.Time
+
+	// wakePending: addresses were recorded and waiting ADDs not yet woken
+	// (wake is deferred to the pass's next EC2 call or its end, so that
+	// the woken ADDs queue for the lock while warm waits for EC2, not
+	// before warm's own next look).
+	wakePending bool
 }
 
 func (w *Warmer) now() time.Time {
@@ -154,7 +160,9 @@ func (w *Warmer) RunWith(ctx context.Context, inst *pool.Instance) error {
 		return err
 	}
 	short, err := w.pass(ctx, inst)
-	return errors.Join(err, w.recordOutcome(ctx, short, err))
+	err = errors.Join(err, w.recordOutcome(ctx, short, err))
+	w.flushWake()
+	return err
 }
 
 // pass is the pass itself. Cheap first: the instance's identity and IMDS
@@ -355,6 +363,7 @@ func (w *Warmer) assign(ctx context.Context, e pool.ENI, need, room int) error {
 		return err
 	}
 	fault.Point("warm:after-dirty-mark")
+	w.flushWake()
 	out, err := w.API.AssignPrivateIpAddresses(ctx, in)
 	if err != nil {
 		return w.refused(ctx, fmt.Errorf("assign addresses to %s: %w", e.ID, err))
@@ -376,7 +385,7 @@ func (w *Warmer) assign(ctx context.Context, e pool.ENI, need, room int) error {
 	fault.Point("warm:after-record")
 	if err == nil {
 		w.say("assigned %d addresses to %s (%s)", n, e.ID, describe(ips, prefixes))
-		w.wake()
+		w.wakePending = true
 	}
 	return err
 }
@@ -384,8 +393,17 @@ func (w *Warmer) assign(ctx context.Context, e pool.ENI, need, room int) error {
 // wake tells ADDs waiting on a dry pool to look again. Best effort: they
 // also look on their own every few seconds.
 func (w *Warmer) wake() {
+	w.wakePending = false
 	if err := w.Mgr.Wake(); err != nil {
 		w.say("warning: %v", err)
+	}
+}
+
+// flushWake wakes waiting ADDs if addresses were recorded since the last
+// wake.
+func (w *Warmer) flushWake() {
+	if w.wakePending {
+		w.wake()
 	}
 }
 

@@ -29,8 +29,6 @@ import (
 func dryEnv(cmd string, p *pod) map[string]string {
 	env := cniEnv(cmd, p)
 	maps.Copy(env, ec2Creds)
-	// Where the lean binary unpacks its full build for the warm it starts.
-	env["ENI_CNI_CACHE_DIR"] = os.Getenv("ENI_CNI_CACHE_DIR")
 	return env
 }
 

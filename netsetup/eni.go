@@ -84,9 +84,10 @@ func eniRoutes(link netlink.Link, e ENILink) []*netlink.Route {
 }
 
 // WaitENI waits for the ENI's link to appear (after an attach the kernel
-// takes a moment) and then ensures it.
+// takes a moment) and then ensures it. It looks every 20 ms: pods may be
+// waiting for this ENI's addresses, and a look is one link dump.
 func WaitENI(ctx context.Context, e ENILink) error {
-	tick := time.NewTicker(100 * time.Millisecond)
+	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		err := EnsureENI(e)

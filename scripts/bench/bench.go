@@ -589,6 +589,12 @@ func (b *bench) cleanup() {
 	for _, p := range procs {
 		p.Signal(os.Interrupt)
 	}
+	// Warm passes that the dry-pool phase's ADDs started and that still run.
+	if b.work != "" {
+		for _, pid := range warmPIDsUnder(b.work) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 	for _, n := range b.nodes {
 		if n.h != nil {
 			n.h.Close()

@@ -30,6 +30,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -64,6 +65,8 @@ type config struct {
 	only        string
 	kubeRounds  int
 	kubePods    int
+	drySizes    []int
+	dryOld      bool
 }
 
 func parseFlags(args []string) (config, error) {
@@ -98,11 +101,20 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.mtu, "mtu", 9001, "MTU of both plugins")
 	fs.BoolVar(&c.quick, "quick", false, "small counts for a quick check (explicit flags still win)")
 	fs.StringVar(&c.only, "only", "", "run one part only and print it, writing no report: \"ec2\" (the EC2 call counts; no root needed), "+
-		"\"kubelet\" (the kubelet burst; rewrites only its block of -md)")
+		"\"kubelet\" (the kubelet burst; rewrites only its block of -md), \"dry\" (ADD bursts on a dry EC2 pool; rewrites only its block of -md)")
 	fs.IntVar(&c.kubeRounds, "kubelet-rounds", 3, "kubelet burst: rounds per plugin")
 	fs.IntVar(&c.kubePods, "kubelet-pods", 20, "kubelet burst: static pod manifests written at once")
+	drySizes := fs.String("dry-sizes", "30,58", "pods per burst of the dry EC2 pool phase")
+	fs.BoolVar(&c.dryOld, "dry-old", true, "also time the old way on the dry pool (code 11, retries every 10 s, warm every 30 s: minutes)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	for _, f := range strings.Split(*drySizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 200 {
+			return c, fmt.Errorf("-dry-sizes: %q is not a pod count of 1..200", f)
+		}
+		c.drySizes = append(c.drySizes, n)
 	}
 	if c.quick {
 		set := map[string]bool{}
@@ -127,8 +139,8 @@ func parseFlags(args []string) (config, error) {
 		return c, errors.New("-gc-allocs must be 1..250, -gc-dead <= -gc-allocs, -gc-sandboxes >= live allocations")
 	case c.gone < 1 || c.execN < 1 || c.gcReps < 1 || c.gcRounds < 1:
 		return c, errors.New("-gone, -exec-n, -gc-reps and -gc-rounds must be >= 1")
-	case c.only != "" && c.only != "ec2" && c.only != "kubelet":
-		return c, errors.New(`-only must be "ec2" or "kubelet"`)
+	case c.only != "" && c.only != "ec2" && c.only != "kubelet" && c.only != "dry":
+		return c, errors.New(`-only must be "ec2", "kubelet" or "dry"`)
 	case c.kubeRounds < 1 || c.kubePods < 1 || c.kubePods > 100:
 		return c, errors.New("-kubelet-rounds must be >= 1 and -kubelet-pods 1..100")
 	}
@@ -185,6 +197,9 @@ func run() int {
 // run is the whole benchmark; cleanup is deferred by the caller.
 func (b *bench) run(ctx context.Context) error {
 	b.start = time.Now()
+	if b.cfg.only == "dry" {
+		return b.runDryOnly(ctx)
+	}
 	if err := b.prepare(ctx); err != nil {
 		return err
 	}
@@ -200,6 +215,7 @@ func (b *bench) run(ctx context.Context) error {
 		{"perf record of exec'ed ADDs", b.phasePerf},
 		{"gc and list", b.phaseGC},
 		{"EC2 call counts", b.phaseEC2},
+		{"ADD bursts on a dry EC2 pool", b.phaseDry},
 		{"pprof of the ADD code path", b.phaseProfile},
 		{"kubelet burst (real kubelet + containerd)", b.phaseKubelet},
 	}

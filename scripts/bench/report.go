@@ -36,6 +36,7 @@ type results struct {
 	Steps        []stepRow   `json:"inProcessSteps"`
 	EC2          []ec2Calls  `json:"ec2"`
 	Kubelet      *kubeBench  `json:"kubelet,omitempty"`
+	Dry          *dryResults `json:"dry,omitempty"`
 	CRICalls     string      `json:"criCalls"`
 	JSONCost     string      `json:"jsonCost"`
 	Floors       []floorRow  `json:"floors"`
@@ -328,6 +329,9 @@ func (b *bench) buildTables() {
 			add("EC2 calls per node-hour at steady state", float64(x.EC2Total), "%.0f", 1, "≤ 1")
 		}
 	}
+	if res.Dry != nil {
+		res.Targets = append(res.Targets, dryTargets(res.Dry)...)
+	}
 
 	// In-process steps as the store fills up (each profile round attaches
 	// up to 200 pods to an empty node).
@@ -553,6 +557,9 @@ func (b *bench) writeMarkdown(path string) error {
 		p("\nEC2 calls, %s: %s.\n", x.Scenario, x.breakdown())
 	}
 	p("%s", b.kubeletMarkdown())
+	if r.Dry != nil {
+		p("\n%s", dryMarkdown(r.Dry, r.Date))
+	}
 	p("\n## Targets\n\n| target | measured | limit | verdict |\n|---|---|---|---|\n")
 	for _, t := range r.Targets {
 		p("| %s | %s | %s | %s |\n", mdEscape(t.Target), t.Measured, t.Limit, t.Verdict)
