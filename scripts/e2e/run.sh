@@ -11,12 +11,17 @@
 #   2. containerd v2 (built by install-test-deps.sh --with-containerd2),
 #      conflist cniVersion 1.1.0: STATUS reaches the runtime (NetworkReady
 #      false with our message while the store is unreadable, true otherwise).
+#   3. containerd 1.6 on a dry ec2 pool: the fake IMDS + EC2 (ec2fake, with
+#      its realistic latency profile, playing the hypervisor for the ENIs it
+#      attaches) and an empty store; 20 pods started at once with crictl all
+#      become ready with addresses EC2 assigned, no sandbox creation fails:
+#      their ADDs start `eni-cni warm` and wait for it.
 #
 # Pods live in the host's network namespace (as on a node): the run holds
 # lib.sh's host lock and restores net.ipv4.ip_forward when it ends.
 #
 # Usage: scripts/e2e/run.sh /abs/path/to/eni-cni   (root; after install-test-deps.sh)
-# E2E_SUITES="1 2" selects suites.
+# E2E_SUITES="1 2 3" selects suites.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -24,7 +29,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 
 ENI_BIN=$(realpath "${1:?usage: run.sh /path/to/eni-cni}")
-SUITES=${E2E_SUITES:-1 2}
+SUITES=${E2E_SUITES:-1 2 3}
 POOL=10.99.0.0/24
 
 say() { printf 'e2e-eni: %s\n' "$*"; }
@@ -191,6 +196,108 @@ suite_containerd2_status() {
 	say "suite 2 PASS"
 }
 
+# suite_ec2_dry: 20 pods at once on a dry ec2 pool through containerd 1.6.
+# The fake runs in the host namespace (containerd's) on loopback, its VPC
+# (10.97.0.0/16) exists nowhere else; the ENI links it makes (e2eeni<dev>)
+# have their peers in a namespace of the run, and go with it.
+suite_ec2_dry() {
+	local n=20 repo vpcns fakepid="" t ids=() id ip i url
+	repo=$(cd "$here/../.." && pwd)
+	e2e_init
+	vpcns=eni-e2e-vpc-$$
+	trap 'ec2_dry_cleanup' EXIT
+	ec2_dry_cleanup() {
+		[ -n "$fakepid" ] && kill "$fakepid" 2>/dev/null && wait "$fakepid" 2>/dev/null
+		ip netns del "$vpcns" 2>/dev/null
+		e2e_cleanup
+	}
+	(cd "$repo" && CGO_ENABLED=0 go build -o "$E2E_RUN/ec2fake" ./ec2/ec2fake/cmd/ec2fake) || fail "build ec2fake"
+	ip netns add "$vpcns" || fail "ip netns add $vpcns"
+	"$E2E_RUN/ec2fake" --instance-type m5.xlarge --vpc-cidr 10.97.0.0/16 --subnet-cidr 10.97.0.0/20 \
+		--latency realistic --links e2eeni --links-peer-netns "/run/netns/$vpcns" \
+		--describe "$E2E_RUN/ec2.json" >"$E2E_RUN/ec2fake.url" 2>"$E2E_RUN/logs/ec2fake.log" &
+	fakepid=$!
+	for ((i = 0; i < 100; i++)); do [ -s "$E2E_RUN/ec2.json" ] && break; sleep 0.1; done
+	url=$(jq -r .ec2URL "$E2E_RUN/ec2.json") || fail "ec2fake did not start: $(cat "$E2E_RUN/logs/ec2fake.log")"
+	install -m 0755 "$ENI_BIN" "$E2E_RUN/eni-cni.real"
+	e2e_install_cni_plugins "$E2E_RUN/eni-cni.real"
+	mv "$E2E_CNI_BIN_DIR/eni-cni.real" "$E2E_CNI_BIN_DIR/eni-cni"
+	e2e_write_conflist 10-pods.conflist <<JSON
+{
+  "cniVersion": "1.0.0",
+  "name": "e2e-ec2",
+  "plugins": [
+    { "type": "eni-cni",
+      "stateDir": "@RUN@/eni-state",
+      "logFile": "@RUN@/logs/eni-cni.log",
+      "mtu": 1500,
+      "imdsEndpoint": "$url", "ec2Endpoint": "$url",
+      "pool": { "source": "ec2" } }
+  ]
+}
+JSON
+	CONF="$E2E_CNI_CONF_DIR/10-pods.conflist"
+	# The ADDs pass containerd's environment to the warm they start:
+	# dummy credentials for the fake, and a cache for the full build.
+	export AWS_ACCESS_KEY_ID=AKIDE2E AWS_SECRET_ACCESS_KEY=e2e ENI_CNI_CACHE_DIR="$E2E_RUN/cache"
+	eni warm --help >/dev/null 2>&1 || true # unpacks the full build, as a node's first timer run does
+	E2E_CONTAINERD=1 e2e_start_containerd
+	say "containerd 1.6 up in ${E2E_TIME_UP}s; pool: $(counts)"
+	t=$EPOCHREALTIME
+	for ((i = 0; i < n; i++)); do
+		e2e_runp "dry-$i" e2e "uid-dry-$i" >"$E2E_RUN/dry-$i.id" 2>"$E2E_RUN/logs/dry-$i.err" &
+	done
+	local failed=0 took
+	for ((i = 0; i < n; i++)); do wait -n || failed=$((failed + 1)); done
+	took=$(e2e_since "$t")
+	[ "$failed" = 0 ] || fail "$failed of $n sandboxes failed: $(cat "$E2E_RUN"/logs/dry-*.err | head -5)"
+	if grep -q 'failed to setup network\|RunPodSandbox.*failed' "$E2E_CONTAINERD_LOG"; then
+		fail "containerd logged a failed sandbox creation: $(grep -m3 'failed to setup network\|RunPodSandbox.*failed' "$E2E_CONTAINERD_LOG")"
+	fi
+	local assigned
+	assigned=$(jq -r '.enis[].secondaryIps[]' "$E2E_RUN/ec2.json")
+	for ((i = 0; i < n; i++)); do
+		id=$(cat "$E2E_RUN/dry-$i.id")
+		ids+=("$id")
+		[ "$(e2e_crictl inspectp -o json "$id" | jq -r .status.state)" = SANDBOX_READY ] || fail "pod dry-$i not ready"
+		ip=$(e2e_pod_ip "$id")
+		grep -qx "$ip" <<<"$assigned" || fail "pod dry-$i got $ip, which EC2 did not assign"
+		[ "$(ip_of "$id")" = "$ip" ] || fail "store does not record $ip for dry-$i"
+	done
+	[ "$(for id in "${ids[@]}"; do e2e_pod_ip "$id"; done | sort -u | wc -l)" = "$n" ] || fail "duplicate addresses"
+	local warms calls
+	warms=$(grep -c 'warm="process ' "$E2E_RUN/logs/eni-cni.log" || true)
+	calls=$(jq -c '.calls' "$E2E_RUN/ec2.json")
+	say "$n pods at once on a dry ec2 pool: all ready in ${took}s, $warms ADD(s) started warm, EC2 calls $calls, pool $(counts)"
+	# A pod on the second ENI reaches one on the primary (the to-rules at
+	# 512 come before the from-rule of its ENI's table).
+	local first="" second=""
+	for id in "${ids[@]}"; do
+		ip=$(e2e_pod_ip "$id")
+		if ip -4 rule | grep -q "from $ip lookup"; then
+			[ -n "$second" ] || second=$id
+		else
+			[ -n "$first" ] || first=$ip
+		fi
+	done
+	[ -n "$second" ] && [ -n "$first" ] || fail "want pods on the primary ENI and on a second one"
+	e2e_netns_exec "$second" ping -c1 -W2 -q "$first" >/dev/null || fail "ping $first from the pod on the second ENI"
+	say "a pod on the second ENI reaches $first on the primary"
+	e2e_stop
+	counts | jq -e '.allocated == 0' >/dev/null || fail "allocations left: $(counts)"
+	e2e_check_clean || fail "leftovers after the run"
+	if ip -4 rule | grep -q '10\.97\.'; then fail "rules left: $(ip -4 rule | grep '10\.97\.')"; fi
+	kill "$fakepid"
+	wait "$fakepid" 2>/dev/null || true
+	fakepid=""
+	if ip -o link show | grep -q 'e2eeni'; then fail "ENI links left: $(ip -o link show | grep e2eeni)"; fi
+	ip netns del "$vpcns"
+	e2e_cleanup
+	trap - EXIT
+	unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY ENI_CNI_CACHE_DIR
+	say "suite 3 PASS"
+}
+
 t0=$EPOCHREALTIME
 # Pods are wired in the host's network namespace: one such run at a time,
 # and the host's ip_forward (which eni-cni turns on) put back at the end.
@@ -201,6 +308,7 @@ for s in $SUITES; do
 	case $s in
 	1) suite_containerd16 ;;
 	2) suite_containerd2_status ;;
+	3) suite_ec2_dry ;;
 	*) fail "unknown suite $s" ;;
 	esac
 done

@@ -33,6 +33,9 @@ type options struct {
 	prefixes          int
 	extraENIs         int
 	describe, envFile string
+	latency           string
+	linkDelay         time.Duration
+	links, linksPeer  string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -53,11 +56,29 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.extraENIs, "extra-enis", 0, "extra ENIs to pre-attach")
 	fs.StringVar(&o.describe, "describe", "", "file kept up to date with the instance and its ENIs as JSON")
 	fs.StringVar(&o.envFile, "env-file", "", "file to write shell exports pointing the AWS SDK at the fake")
+	fs.StringVar(&o.latency, "latency", "none", "latency profile: none, or realistic (ec2fake.RealisticLatency: EC2 call times, ENI link delay, IMDS lag)")
+	fs.DurationVar(&o.linkDelay, "link-delay", -1, "with --latency realistic: override the delay before an attached ENI's link appears")
+	fs.StringVar(&o.links, "links", "", "play the hypervisor: give each ENI attached through the API a link here, named PREFIX<device> (veth with the ENI's MAC), after the link delay; removed on exit")
+	fs.StringVar(&o.linksPeer, "links-peer-netns", "", "with --links: network namespace (path) for the veth peers")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	switch o.latency {
+	case "none":
+	case "realistic":
+		lat := ec2fake.RealisticLatency()
+		if o.linkDelay >= 0 {
+			lat.LinkDelay = o.linkDelay
+		}
+		o.cfg.Latency = &lat
+	default:
+		return nil, fmt.Errorf("--latency %q: want none or realistic", o.latency)
+	}
+	if (o.links == "") != (o.linksPeer == "") || len(o.links) > 12 {
+		return nil, fmt.Errorf("--links (a prefix of at most 12 characters) and --links-peer-netns go together")
 	}
 	o.cfg.VPCCIDRs = splitList(o.vpcCIDRs)
 	for _, c := range splitList(o.subnets) {
@@ -164,6 +185,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if err := seed(srv, o); err != nil {
 		return fmt.Errorf("seed: %w", err)
+	}
+	if o.links != "" {
+		hv, err := newHypervisor(o.links, o.linksPeer, stderr)
+		if err != nil {
+			return err
+		}
+		defer hv.close()
+		srv.OnLink(hv.attach)
 	}
 	if err := serve(srv, o, stderr); err != nil {
 		return err

@@ -94,3 +94,18 @@ func TestRunRejectsBadInput(t *testing.T) {
 		}
 	}
 }
+
+func TestParseLatencyAndLinks(t *testing.T) {
+	o, err := parseFlags([]string{"--latency", "realistic", "--link-delay", "200ms"}, io.Discard)
+	if err != nil || o.cfg.Latency == nil || o.cfg.Latency.LinkDelay != 200*time.Millisecond || o.cfg.Latency.Min("AttachNetworkInterface") == 0 {
+		t.Fatalf("realistic profile: %+v %v", o, err)
+	}
+	if o, err := parseFlags(nil, io.Discard); err != nil || o.cfg.Latency != nil {
+		t.Fatalf("default: %+v %v", o, err)
+	}
+	for _, bad := range [][]string{{"--latency", "slow"}, {"--links", "eni"}, {"--links-peer-netns", "/run/netns/x"}, {"--links", "waytoolongprefix", "--links-peer-netns", "/x"}} {
+		if _, err := parseFlags(bad, io.Discard); err == nil {
+			t.Errorf("%v: accepted", bad)
+		}
+	}
+}
