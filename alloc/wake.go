@@ -66,7 +66,11 @@ func (m *Manager) Watch() (Watcher, error) {
 func (d *DiskStore) Wake() error {
 	path := filepath.Join(d.dir, WakeFileName)
 	stamp := strconv.FormatInt(time.Now().UnixNano(), 10) + "\n"
-	if err := os.WriteFile(path, []byte(stamp), 0o600); err != nil {
+	err := os.WriteFile(path, []byte(stamp), 0o600)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // no state directory yet: nobody can be waiting
+	}
+	if err != nil {
 		return fmt.Errorf("wake waiting ADDs: %w", err)
 	}
 	return nil
@@ -81,7 +85,15 @@ func (d *DiskStore) Watch() (Watcher, error) {
 		return nil, fmt.Errorf("inotify: %w", err)
 	}
 	// IN_MOVED_TO too, for a wake file replaced by rename.
-	if _, err := unix.InotifyAddWatch(fd, d.dir, unix.IN_CLOSE_WRITE|unix.IN_MOVED_TO); err != nil {
+	const events = unix.IN_CLOSE_WRITE | unix.IN_MOVED_TO
+	_, err = unix.InotifyAddWatch(fd, d.dir, events)
+	if errors.Is(err, unix.ENOENT) {
+		// As in Lock: the first user on this node creates the directory.
+		if err = os.MkdirAll(d.dir, 0o700); err == nil {
+			_, err = unix.InotifyAddWatch(fd, d.dir, events)
+		}
+	}
+	if err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("inotify watch %s: %w", d.dir, err)
 	}
