@@ -58,10 +58,19 @@ func (s ec2Source) lookIMDS(ctx context.Context) int {
 
 // waitResult is what the wait did, for the ADD's log line and messages.
 type waitResult struct {
-	lookedIMDS bool
-	waited     time.Duration
-	trigger    string // how the warm pass was started, if this ADD started one
-	err        error  // starting it failed
+	checkedIdentity bool
+	lookedIMDS      bool
+	waited          time.Duration
+	trigger         string // how the warm pass was started, if this ADD started one
+	err             error  // starting it failed
+}
+
+// attrsIf is attrs when the ADD found the pool dry (w is its watch).
+func (r waitResult) attrsIf(w alloc.Watcher) []any {
+	if w == nil {
+		return nil
+	}
+	return r.attrs()
 }
 
 func (r waitResult) attrs() []any {
@@ -77,77 +86,100 @@ func (r waitResult) attrs() []any {
 
 // step is the decision of one look at the store.
 type step struct {
-	a       alloc.Allocation
-	existed bool
-	got     bool      // a has the attachment's address
-	fail    error     // give up with this
-	imds    bool      // look at IMDS before recording the demand
-	trigger bool      // start a warm pass, after the lock is released
-	next    time.Time // look again at the latest then
+	a        alloc.Allocation
+	existed  bool
+	got      bool      // a has the attachment's address
+	fail     error     // give up with this
+	imds     bool      // look at IMDS before recording the demand
+	identity bool      // check the instance's identity with IMDS first
+	trigger  bool      // start a warm pass, after the lock is released
+	next     time.Time // look again at the latest then
 }
 
-// wait records the ADD's demand, starts a warm pass unless one is on its
-// way, and waits (bounded by addWaitSeconds) to be woken by warm, a
-// cooldown ending or the safety recheck, then tries again. It ends with an
-// address, or with code 11 and the reason: the node is full (with
-// kubelet's maxPods for it), the last warm pass failed (and why), the
-// attachment was deleted meanwhile, or the time is up.
-func (s ec2Source) wait(ctx context.Context, req alloc.Request, res *waitResult) (alloc.Allocation, bool, *pool.EC2, error) {
-	// Watch before the first look, so a wake-up between the look and the
-	// sleep is not lost.
-	w, err := s.mgr.Watch()
-	if err != nil {
-		return alloc.Allocation{}, false, nil, err
-	}
-	defer w.Close()
+// allocate is ADD's allocation on an ec2 pool that may wait: it takes a
+// free address, or, in the same locked read-modify-write that finds the pool
+// dry, records the ADD's demand; then it starts a warm pass unless one is
+// on its way, and waits (bounded by addWaitSeconds) to be woken by warm, a
+// cooldown ending or the safety recheck, and tries again. One lock round on
+// a dry pool, not two: in a burst, every waiting ADD queues for the lock
+// that warm also needs. It ends with an address, or with code 11 and the
+// reason: the node is full (with kubelet's maxPods for it), the last warm
+// pass failed (and why), the attachment was deleted meanwhile, or the time
+// is up. attrs are for the ADD's log line (none if it did not wait).
+func (s ec2Source) allocate(ctx context.Context, req alloc.Request) (alloc.Allocation, bool, *pool.EC2, []any, error) {
+	var res waitResult
 	start := s.clock()
 	until := start.Add(s.cfg.AddWait)
-	defer func() { res.waited = s.clock().Sub(start) }()
-	first := true
-	for {
+	var w alloc.Watcher
+	defer func() {
+		if w != nil {
+			w.Close()
+		}
+	}()
+	for first := true; ; {
 		var st step
 		var source *pool.EC2
 		err := s.mgr.Update(ctx, func(state *alloc.State) (bool, error) {
 			source = state.EC2
-			var changed bool
-			var err error
-			st, changed, err = s.look(state, req, first, start, until, *res)
-			return changed, err
+			a, existed, changed, allocErr := s.mgr.AllocateIn(state, req)
+			if errors.Is(allocErr, errIdentityUnchecked) && !res.checkedIdentity {
+				st = step{identity: true}
+				return false, nil
+			}
+			if allocErr == nil || !errors.Is(allocErr, alloc.ErrPoolExhausted) {
+				st = step{a: a, existed: existed, got: allocErr == nil}
+				return changed, allocErr
+			}
+			if w == nil {
+				// Before the demand is recorded, so that no wake-up
+				// between this look and the sleep is lost.
+				var err error
+				if w, err = s.mgr.Watch(); err != nil {
+					return false, err
+				}
+			}
+			st, changed = s.look(state, req, allocErr, first, start, until, res)
+			return changed, nil
 		})
 		switch {
 		case err != nil:
-			return alloc.Allocation{}, false, nil, fmt.Errorf("allocate ip for %s: %w", req.Key, err)
+			return alloc.Allocation{}, false, nil, res.attrsIf(w), fmt.Errorf("allocate ip for %s: %w", req.Key, err)
 		case st.got:
-			return st.a, st.existed, source, nil
+			res.waited = s.clock().Sub(start)
+			return st.a, st.existed, source, res.attrsIf(w), nil
 		case st.fail != nil:
-			return alloc.Allocation{}, false, nil, st.fail
+			res.waited = s.clock().Sub(start)
+			return alloc.Allocation{}, false, nil, res.attrsIf(w), st.fail
+		case st.identity:
+			// First ADD of a boot: compare the store with IMDS (outside
+			// the lock), then try again.
+			res.checkedIdentity = true
+			if _, err := s.refresh(ctx); err != nil {
+				return alloc.Allocation{}, false, nil, nil, fmt.Errorf("allocate ip for %s: %w (%w)", req.Key, errIdentityUnchecked, err)
+			}
+			continue
 		case st.imds:
 			// Outside the lock: it reads IMDS (the lean build execs its
-			// full build for that).
+			// full build for that). No demand recorded yet: the next look
+			// is still the first.
 			res.lookedIMDS = true
 			s.lookIMDS(ctx)
-			continue // no demand recorded yet: the next look is still the first
+			continue
 		case st.trigger:
 			res.trigger, res.err = s.warm.startWarm(ctx, s.cfg)
 		}
 		first = false
 		if _, err := w.Wait(ctx, max(st.next.Sub(s.clock()), time.Millisecond)); err != nil {
-			return alloc.Allocation{}, false, nil, fmt.Errorf("allocate ip for %s: wait for an address: %w", req.Key, err)
+			return alloc.Allocation{}, false, nil, res.attrsIf(w), fmt.Errorf("allocate ip for %s: wait for an address: %w", req.Key, err)
 		}
 	}
 }
 
-// look is one look at the store, under the lock: take an address if there
-// is one, else decide whether to give up, what to record and when to look
-// again. changed reports whether st must be saved.
-func (s ec2Source) look(st *alloc.State, req alloc.Request, first bool, start, until time.Time, res waitResult) (step, bool, error) {
-	a, existed, changed, allocErr := s.mgr.AllocateIn(st, req)
-	if allocErr == nil {
-		return step{a: a, existed: existed, got: true}, changed, nil
-	}
-	if !errors.Is(allocErr, alloc.ErrPoolExhausted) {
-		return step{}, false, allocErr
-	}
+// look is one look at a dry pool, under the lock: decide whether to give
+// up, what to record and when to look again. changed reports whether st
+// must be saved.
+func (s ec2Source) look(st *alloc.State, req alloc.Request, allocErr error, first bool, start, until time.Time, res waitResult) (step, bool) {
+	changed := false
 	src := st.EC2
 	if src == nil { // a node warm never described: no limits, no outcome
 		src = &pool.EC2{}
@@ -155,23 +187,23 @@ func (s ec2Source) look(st *alloc.State, req alloc.Request, first bool, start, u
 	now := s.clock()
 	cause := fmt.Errorf("allocate ip for %s: %w", req.Key, allocErr)
 	if reason := s.hopeless(st, src, now, start, until, first); reason != "" {
-		return step{fail: fmt.Errorf("%w; %s", cause, reason)}, st.DropDemand(req.Key), nil
+		return step{fail: fmt.Errorf("%w; %s", cause, reason)}, st.DropDemand(req.Key)
 	}
 	// (The demand itself expires at until: the time is up, not withdrawn.
 	// It may have been pruned from st already; the save writes it out.)
 	if !now.Before(until) {
 		st.DropDemand(req.Key)
-		return step{fail: fmt.Errorf("%w; %s", cause, s.timedOut(src, start, res))}, true, nil
+		return step{fail: fmt.Errorf("%w; %s", cause, s.timedOut(src, start, res))}, true
 	}
 	i := st.FindDemand(req.Key)
 	if !first && i < 0 {
-		return step{fail: fmt.Errorf("%w; %w", cause, errWithdrawn)}, false, nil
+		return step{fail: fmt.Errorf("%w; %w", cause, errWithdrawn)}, false
 	}
 	if first && src.InstanceID != "" && st.Waiting(now) == 0 && !res.lookedIMDS {
 		// Addresses assigned by something else show in IMDS first. Not on
 		// a node warm never described (its pass discovers the instance
 		// anyway), nor when ADDs already wait (one of them looked).
-		return step{imds: true}, false, nil
+		return step{imds: true}, false
 	}
 	if first {
 		st.Demands = append(st.Demands, alloc.Demand{Key: req.Key, Since: now.UTC(), Until: until.UTC()})
@@ -183,7 +215,7 @@ func (s ec2Source) look(st *alloc.State, req alloc.Request, first bool, start, u
 		st.Demands[i].TriggeredAt = now.UTC()
 		out.trigger, changed = true, true
 	}
-	return out, changed, nil
+	return out, changed
 }
 
 // hopeless returns why waiting cannot help, or "".

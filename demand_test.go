@@ -452,3 +452,38 @@ func TestWriteIfChanged(t *testing.T) {
 		t.Errorf("temporary files left: %v", ents)
 	}
 }
+
+// TestWaitingADDChecksIdentityFirst: with addWaitSeconds (the default), the
+// first ADD of a boot still compares the store with IMDS before handing
+// out its addresses, and fails with code 11 and no change when IMDS cannot
+// say who this is.
+func TestWaitingADDChecksIdentityFirst(t *testing.T) {
+	f := startFake(t)
+	ips, err := f.SeedIPs(f.PrimaryENI().ID, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := newEC2Plugin(t, f.URL())
+	p.cfg.AddWait = 25 * time.Second
+	seedPool(t, p, f, "old-boot", ips...)
+	calls := f.IMDSCalls()
+	if _, err := p.add(context.Background(), att("c1")); err != nil {
+		t.Fatalf("same instance after a reboot: %v", err)
+	}
+	st, _, _ := p.mgr.Snapshot(context.Background())
+	if f.IMDSCalls() == calls || st.EC2.VerifiedBoot != p.mgr.BootID {
+		t.Errorf("identity not checked: %d IMDS calls, verified in %q", f.IMDSCalls()-calls, st.EC2.VerifiedBoot)
+	}
+
+	p, s := newEC2Plugin(t, "http://127.0.0.1:1")
+	p.cfg.AddWait = 25 * time.Second
+	seedPool(t, p, f, "old-boot", "10.0.0.50")
+	before, _ := os.ReadFile(s.Path())
+	_, err = p.add(context.Background(), att("c2"))
+	if ce := toCNIError(err); ce == nil || ce.Code != types.ErrTryAgainLater || !strings.Contains(ce.Msg, "identity") {
+		t.Fatalf("IMDS down: %v, want code 11 about the identity", err)
+	}
+	if after, _ := os.ReadFile(s.Path()); string(after) != string(before) {
+		t.Error("a refused ADD changed the store")
+	}
+}

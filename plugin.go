@@ -147,10 +147,22 @@ func (p *plugin) podSpec(a alloc.Allocation, netns string, r podRouting) netsetu
 	}
 }
 
+// waitingSource is a pool source whose ADD may wait for addresses (ec2):
+// it allocates itself, so that a dry pool costs one lock round.
+type waitingSource interface {
+	waits() bool
+	allocate(ctx context.Context, req alloc.Request) (a alloc.Allocation, existed bool, sec *pool.EC2, attrs []any, err error)
+}
+
 // allocate takes an address; when the pool is empty the source may find
 // one (IMDS) or wait for one (ec2: warm, started for this ADD), or says why
 // there is none.
 func (p *plugin) allocate(ctx context.Context, req alloc.Request) (alloc.Allocation, bool, *pool.EC2, error) {
+	if w, ok := p.source.(waitingSource); ok && w.waits() {
+		a, existed, source, attrs, err := w.allocate(ctx, req)
+		p.addAttrs = attrs
+		return a, existed, source, err
+	}
 	a, existed, source, err := p.mgr.AllocateWithSource(ctx, req)
 	if errors.Is(err, errIdentityUnchecked) {
 		// First ADD of a boot: compare the store with IMDS, then retry.

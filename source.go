@@ -217,24 +217,22 @@ func (s ec2Source) refresh(ctx context.Context) (int, error) {
 	return r.Added, nil
 }
 
-// dry waits for warm if addWaitSeconds allows (the wait looks at IMDS
-// first when that can help); else it looks at IMDS once (addresses
-// assigned by something else) and explains the empty pool.
+// dry, with addWaitSeconds 0 (ADD does not wait: see allocate), looks at
+// IMDS once (addresses assigned by something else) and explains the empty
+// pool.
 func (s ec2Source) dry(ctx context.Context, req alloc.Request, cause error) (alloc.Allocation, bool, *pool.EC2, []any, error) {
-	if s.cfg.AddWait <= 0 {
-		if n := s.lookIMDS(ctx); n > 0 {
-			a, existed, source, err := s.mgr.AllocateWithSource(ctx, req)
-			if !errors.Is(err, alloc.ErrPoolExhausted) {
-				return a, existed, source, nil, err
-			}
-			cause = err
+	if n := s.lookIMDS(ctx); n > 0 {
+		a, existed, source, err := s.mgr.AllocateWithSource(ctx, req)
+		if !errors.Is(err, alloc.ErrPoolExhausted) {
+			return a, existed, source, nil, err
 		}
-		return alloc.Allocation{}, false, nil, nil, s.exhausted(cause)
+		cause = err
 	}
-	var res waitResult
-	a, existed, source, err := s.wait(ctx, req, &res)
-	return a, existed, source, res.attrs(), err
+	return alloc.Allocation{}, false, nil, nil, s.exhausted(cause)
 }
+
+// waits reports whether ADD waits for warm on a dry pool (allocate).
+func (s ec2Source) waits() bool { return s.cfg.AddWait > 0 }
 
 // ready: a pool with addresses can serve ADD; an empty one can if IMDS
 // answers (warm will fill it). Only an empty pool and no IMDS is a fault.

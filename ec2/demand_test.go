@@ -192,3 +192,46 @@ func TestClassify(t *testing.T) {
 		t.Errorf("other: %s", got)
 	}
 }
+
+// refreshingHost is a node where an IMDS refresh (the look of an ADD on a
+// dry pool) runs while warm waits for a new ENI's link: IMDS shows the ENI
+// by then.
+type refreshingHost struct {
+	e *env
+	t *testing.T
+}
+
+func (h refreshingHost) SetupENI(ctx context.Context, _ pool.ENI) error {
+	h.e.fake.SyncIMDS()
+	_, added, err := Refresh(ctx, h.e.mgr, h.e.w.MD, h.e.now)
+	if err != nil || added == 0 {
+		h.t.Errorf("refresh during the link wait: added %d, %v", added, err)
+	}
+	return nil
+}
+
+// TestENIFoundByIMDSBeforeItsRecord: an ENI that an IMDS refresh finds
+// between its attach and warm's record of it is recorded once, as created
+// by eni-cni, with its addresses as assigned (not found): the store stays
+// valid (an ENI listed twice made it corrupt).
+func TestENIFoundByIMDSBeforeItsRecord(t *testing.T) {
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium", IMDSLag: time.Hour}, pool.WarmConfig{WarmIPTarget: 8})
+	e.w.Host = refreshingHost{e, t}
+	e.warm(t)
+	c, _, src := e.counts(t)
+	if len(src.ENIs) != 2 || c.Total != 8 {
+		t.Fatalf("ENIs %+v, pool %+v", src.ENIs, c)
+	}
+	second := src.ENIs[1]
+	if !second.Created || second.Secondary != 3 {
+		t.Errorf("the created ENI's record: %+v", second)
+	}
+	for _, a := range src.Addrs {
+		if a.ENI == second.ID && a.Origin != pool.OriginAssigned {
+			t.Errorf("address %s of the created ENI has origin %q", a.IP, a.Origin)
+		}
+	}
+	if _, err := e.st.Load(); err != nil {
+		t.Errorf("store: %v", err)
+	}
+}
