@@ -69,7 +69,8 @@ type dryRun struct {
 	Execs        int            `json:"addExecs"`
 	WarmStarts   int            `json:"warmStartedByADDs"`
 	TimerPasses  int            `json:"timerPasses,omitempty"`
-	WaitedP50    float64        `json:"waitedP50Seconds"`
+	FirstEC2     float64        `json:"firstEC2CallSeconds"` // the pass's first EC2 call, from the release
+	LastLink     float64        `json:"lastLinkSeconds"`     // the last new ENI's link appearing
 	ADDCPUP50    float64        `json:"addCPUP50Ms"`
 	WarmCPUTotal float64        `json:"-"`
 }
@@ -89,6 +90,8 @@ type dryNode struct {
 	links    int
 	t0       time.Time // the burst's release, for the trace
 	traceBuf bytes.Buffer
+	firstEC2 time.Duration // from the trace: the first EC2 call
+	lastLink time.Duration // and the last link made
 }
 
 func (b *bench) newDryNode(label string, pods int, addWait float64) (*dryNode, error) {
@@ -158,6 +161,11 @@ func (d *dryNode) traced(h http.Handler) http.Handler {
 		}
 		r.ParseForm()
 		what = r.Form.Get("Action")
+		d.mu.Lock()
+		if !d.t0.IsZero() && d.firstEC2 == 0 {
+			d.firstEC2 = time.Since(d.t0)
+		}
+		d.mu.Unlock()
 		d.trace("> %s", what)
 		h.ServeHTTP(w, r)
 		d.trace("< %s", what)
@@ -180,7 +188,8 @@ func (d *dryNode) addLink(e ec2fake.ENI) {
 	defer d.mu.Unlock()
 	defer func() {
 		if !d.t0.IsZero() {
-			fmt.Fprintf(&d.traceBuf, "%8.3f link ens%d made\n", time.Since(d.t0).Seconds(), 5+e.DeviceIndex)
+			d.lastLink = time.Since(d.t0)
+			fmt.Fprintf(&d.traceBuf, "%8.3f link ens%d made\n", d.lastLink.Seconds(), 5+e.DeviceIndex)
 		}
 	}()
 	mac, err := net.ParseMAC(e.MAC)
@@ -429,6 +438,7 @@ func (d *dryNode) collect(r *dryRun, out []dryOutcome) error {
 	}
 	d.mu.Lock()
 	_ = os.WriteFile(filepath.Join(d.b.out, filepath.Base(d.stateDir)+".trace"), d.traceBuf.Bytes(), 0o644)
+	r.FirstEC2, r.LastLink = d.firstEC2.Seconds(), d.lastLink.Seconds()
 	d.mu.Unlock()
 	return nil
 }
@@ -611,6 +621,16 @@ func dryMarkdown(dr *dryResults, when string) string {
 		p("| %s | %d | %s | %.2f | %.2f | %+.2f | %d | %s | %d: %s |\n", mdEscape(r.Label), r.OK, mdEscape(failed), r.LastOK, r.Floor, r.LastOK-r.Floor,
 			r.Execs, starts, r.EC2Total, ec2Calls{EC2: r.EC2}.breakdown())
 	}
+	p("\nWhere the time of the waiting bursts goes (from the fake's request trace, `_out/bench/dry-new<N>.trace`): ")
+	var parts []string
+	for _, r := range dr.Runs {
+		if !r.Old && r.FirstEC2 > 0 {
+			parts = append(parts, fmt.Sprintf("%d ADDs: the pass's first EC2 call %.2f s after the release (ADD and warm start-up, IMDS discovery), "+
+				"EC2 calls and links until the last ENI's link %.2f s (%.2f s; floor %.2f s), the last pod wired %.2f s after that",
+				r.Pods, r.FirstEC2, r.LastLink, r.LastLink-r.FirstEC2, r.Floor, r.LastOK-max(r.LastLink, r.FirstEC2)))
+		}
+	}
+	p("%s.\n", strings.Join(parts, "; "))
 	for _, r := range dr.Runs {
 		if !r.Old && r.FailMsg != "" {
 			p("\nThe failure of the %d-pod burst (CNI error, code 11): `%s`\n", r.Pods, r.FailMsg)
