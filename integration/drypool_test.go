@@ -357,8 +357,12 @@ func TestEC2DryPoolKilledADD(t *testing.T) {
 	p.assertUnwired(t)
 	en.assertNoPods(t)
 	until := st.Demands[0].Until
-	// The pass the ADD started runs on, sizes for it and reports to it.
-	waitFor(t, "the outcome of the pass the killed ADD started", func() bool {
+	// A pass (the one the ADD may have started before it was killed, or
+	// the timer's) still sizes for the demand and reports to it.
+	if o := nw.warm(t); o.exit != 0 {
+		t.Fatalf("warm after the kill: %s", o)
+	}
+	waitFor(t, "the outcome of a pass for the killed ADD's demand", func() bool {
 		st := nw.dryState(t)
 		return st.EC2 != nil && st.EC2.LastPass != nil
 	})
