@@ -365,7 +365,9 @@ func warmPass(p *plugin, stdout io.Writer, calls *ec2.CallCounter) (ran bool, er
 	// instance itself, never from a store that may be another instance's.
 	inst, err := ec2.Discover(ctx, md)
 	if err != nil {
-		return true, fmt.Errorf("warm: %w", explainIMDS(err, p.cfg))
+		// ADDs waiting on a dry pool learn why no pass ran.
+		err = explainIMDS(err, p.cfg)
+		return true, fmt.Errorf("warm: %w", errors.Join(err, (&ec2.Warmer{Mgr: p.mgr, Out: stdout}).Failed(ctx, err)))
 	}
 	w := &ec2.Warmer{
 		Mgr: p.mgr, MD: md, API: ec2.NewAPI(p.cfg.EC2Endpoint, inst.Region(), md, calls.Option()),

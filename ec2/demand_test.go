@@ -203,11 +203,15 @@ type refreshingHost struct {
 
 func (h refreshingHost) SetupENI(ctx context.Context, _ pool.ENI) error {
 	h.e.fake.SyncIMDS()
-	_, added, err := Refresh(ctx, h.e.mgr, h.e.w.MD, h.e.now)
-	if err != nil || added == 0 {
-		h.t.Errorf("refresh during the link wait: added %d, %v", added, err)
+	r, err := Refresh(ctx, h.e.mgr, h.e.w.MD, h.e.now)
+	if err != nil || r.Added == 0 {
+		h.t.Errorf("refresh during the link wait: %+v, %v", r, err)
 	}
 	return nil
+}
+
+func (refreshingHost) Reassert(context.Context, []pool.ENI, []alloc.Allocation) (HostReport, error) {
+	return HostReport{}, nil
 }
 
 // TestENIFoundByIMDSBeforeItsRecord: an ENI that an IMDS refresh finds
