@@ -192,9 +192,19 @@ func (w *Warmer) pass(ctx context.Context, inst *pool.Instance) (short bool, err
 		}
 	}
 	// Lifecycle and node-side failures are reported at the end: they must
-	// not keep the pool from being filled.
-	later := errors.Join(w.settleENIs(ctx), w.reassertHost(ctx))
-	if short, err = w.fill(ctx); err != nil {
+	// not keep the pool from being filled. With ADDs waiting for this pass
+	// the ENI lifecycle (its EC2 calls: the sweep for leaked ENIs,
+	// DeleteOnTermination retries) comes after the fill, not before it.
+	waiting := v.st.Waiting(w.now()) > 0
+	later := w.reassertHost(ctx)
+	if !waiting {
+		later = errors.Join(w.settleENIs(ctx), later)
+	}
+	short, err = w.fill(ctx)
+	if waiting {
+		later = errors.Join(later, w.settleENIs(ctx))
+	}
+	if err != nil {
 		return short, errors.Join(err, later)
 	}
 	if err := w.trim(ctx); err != nil {
