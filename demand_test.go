@@ -265,10 +265,10 @@ func TestDryPoolHardLimit(t *testing.T) {
 		t.Errorf("at the hard limit: %d warm starts, demands %+v", n.starts.Load(), n.state().Demands)
 	}
 
-	// A pod on the primary ENI goes; its address cools down for 1 s, less
-	// than the wait: the next ADD waits for it (no wake-up comes for a
+	// A pod on the primary ENI goes; its address cools down for 5 s (the
+	// minimum), less than the wait: the next ADD waits for it (no wake-up comes for a
 	// cooldown's end) instead of failing.
-	n.conf = strings.Replace(n.conf, `"pool"`, `"cooldownSeconds":1,"pool"`, 1)
+	n.conf = strings.Replace(n.conf, `"pool"`, `"cooldownSeconds":5,"pool"`, 1)
 	p, _ = n.plugin()
 	st := n.state()
 	src := st.EC2
@@ -284,7 +284,7 @@ func TestDryPoolHardLimit(t *testing.T) {
 	p, _ = n.plugin()
 	res, err := p.add(context.Background(), att("after-cooldown"))
 	if err != nil {
-		t.Fatalf("ADD while an address cools down for 1s: %v, want it to wait for it", err)
+		t.Fatalf("ADD while an address cools down for 5s: %v, want it to wait for it", err)
 	}
 	if got := res.IPs[0].Address.IP.String(); got != onPrimary.IP.String() {
 		t.Errorf("ADD after the cooldown got %s, want the cooled %s", got, onPrimary.IP)

@@ -237,10 +237,12 @@ suite_ec2_dry() {
 }
 JSON
 	CONF="$E2E_CNI_CONF_DIR/10-pods.conflist"
-	# The ADDs pass containerd's environment to the warm they start:
-	# dummy credentials for the fake, and a cache for the full build.
-	export AWS_ACCESS_KEY_ID=AKIDE2E AWS_SECRET_ACCESS_KEY=e2e ENI_CNI_CACHE_DIR="$E2E_RUN/cache"
-	eni warm --help >/dev/null 2>&1 || true # unpacks the full build, as a node's first timer run does
+	# The ADDs pass containerd's environment to the warm they start: dummy
+	# credentials for the fake.
+	export AWS_ACCESS_KEY_ID=AKIDE2E AWS_SECRET_ACCESS_KEY=e2e
+	# Unpacks the full build into the state directory, as a node's first
+	# timer run does.
+	eni warm --config "$CONF" --help >/dev/null 2>&1 || true
 	E2E_CONTAINERD=1 e2e_start_containerd
 	say "containerd 1.6 up in ${E2E_TIME_UP}s; pool: $(counts)"
 	t=$EPOCHREALTIME
@@ -294,7 +296,7 @@ JSON
 	ip netns del "$vpcns"
 	e2e_cleanup
 	trap - EXIT
-	unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY ENI_CNI_CACHE_DIR
+	unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
 	say "suite 3 PASS"
 }
 
