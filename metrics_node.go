@@ -88,7 +88,23 @@ func poolFamilies(net metrics.Label, st *alloc.State, pl alloc.Pool, now time.Ti
 	}
 	allocs := metrics.Family{Name: "eni_cni_allocations", Help: "Addresses allocated to pod sandboxes (also those outside the pool).", Type: metrics.Gauge}
 	allocs.Add(float64(len(st.Allocations)), net)
-	return []metrics.Family{size, addrs, allocs}
+	return append([]metrics.Family{size, addrs, allocs}, demandFamilies(net, st, now)...)
+}
+
+// demandFamilies are the ADDs waiting on a dry ec2 pool and how the last
+// warm pass they waited for ended: an operator sees a burst outrunning the
+// pool, and why warm could not keep up, without reading the logs.
+func demandFamilies(net metrics.Label, st *alloc.State, now time.Time) []metrics.Family {
+	demand := metrics.Family{Name: "eni_cni_pool_demand", Help: "ADDs waiting for an address on a dry ec2 pool.", Type: metrics.Gauge}
+	demand.Add(float64(st.Waiting(now)), net)
+	fams := []metrics.Family{demand}
+	if st.EC2 == nil || st.EC2.LastPass == nil {
+		return fams
+	}
+	lp := st.EC2.LastPass
+	last := metrics.Family{Name: "eni_cni_warm_last_pass_timestamp_seconds", Help: "When the last warm pass that waiting ADDs could read ended, by its result (done, throttled, iam-denied, subnet-full, instance-limit, failed).", Type: metrics.Gauge}
+	last.Add(float64(lp.At.Unix()), net, metrics.Label{Name: "result", Value: lp.Result})
+	return append(fams, last)
 }
 
 // jobFamilies are the last run of gc and warm.

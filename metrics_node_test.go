@@ -204,6 +204,27 @@ func TestWarmWritesMetricsFile(t *testing.T) {
 	if value(fams, "eni_cni_ec2_errors_total", "api", "AssignPrivateIpAddresses") != 1 || value(fams, "eni_cni_job_last_run_success", "job", "warm") != 0 {
 		t.Errorf("refused warm: errors %v", fams["eni_cni_ec2_errors_total"])
 	}
+	if value(fams, "eni_cni_pool_demand") != 0 || fams["eni_cni_warm_last_pass_timestamp_seconds"] != nil {
+		t.Errorf("no ADD waits: demand %v, last pass %v", value(fams, "eni_cni_pool_demand"), fams["eni_cni_warm_last_pass_timestamp_seconds"])
+	}
+	// Two ADDs waiting on the dry pool while IAM still refuses: the file
+	// shows the demand and why the pass they waited for failed.
+	p.mgr.Update(context.Background(), func(st *alloc.State) (bool, error) {
+		for _, id := range []string{"waiting1", "waiting2"} {
+			st.Demands = append(st.Demands, alloc.Demand{Key: alloc.Key{Network: "pods", ContainerID: id, IfName: "eth0"}, Since: time.Now().UTC(), Until: time.Now().Add(time.Minute).UTC()})
+		}
+		return true, nil
+	})
+	if code, _, _ := run("warm", "--conf-dir", confDir); code == 0 {
+		t.Fatal("warm succeeded though EC2 refuses")
+	}
+	fams = parseProm(t, prom)
+	if d := value(fams, "eni_cni_pool_demand"); d != 2 {
+		t.Errorf("demand %v, want 2", d)
+	}
+	if at := value(fams, "eni_cni_warm_last_pass_timestamp_seconds", "result", "iam-denied"); at < float64(time.Now().Add(-time.Minute).Unix()) {
+		t.Errorf("last pass: %v", fams["eni_cni_warm_last_pass_timestamp_seconds"])
+	}
 }
 
 // With metrics off (no metricsFile, no node_exporter directory), CNI calls
