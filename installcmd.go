@@ -290,7 +290,7 @@ func (c *installCmd) afterSteps(in *install.Install, cfg *config, out io.Writer)
 // output indented under the step's line.
 func runNodeCommand(ctx context.Context, out io.Writer, bin string, args ...string) error {
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = withoutCNIEnv(os.Environ())
+	cmd.Env = withoutCNI(os.Environ())
 	w := &indentWriter{w: out, prefix: "  "}
 	cmd.Stdout, cmd.Stderr = w, w
 	err := cmd.Run()
@@ -305,18 +305,8 @@ func runNodeCommand(ctx context.Context, out io.Writer, bin string, args ...stri
 // exits 0 for a known one and 2 (usage) for an unknown one.
 func hasCommand(ctx context.Context, bin, name string) bool {
 	cmd := exec.CommandContext(ctx, bin, name, "--help")
-	cmd.Env = withoutCNIEnv(os.Environ())
+	cmd.Env = withoutCNI(os.Environ())
 	return cmd.Run() == nil
-}
-
-func withoutCNIEnv(env []string) []string {
-	out := env[:0:0]
-	for _, e := range env {
-		if !strings.HasPrefix(e, "CNI_") {
-			out = append(out, e)
-		}
-	}
-	return out
 }
 
 // indentWriter prefixes each line.
