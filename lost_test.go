@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 
@@ -150,5 +151,137 @@ func TestAddRouteTakenGivesAddressBack(t *testing.T) {
 	res, err := p.add(ctx, att("c1"))
 	if err != nil || res.IPs[0].Address.IP.String() != "10.99.0.2" {
 		t.Fatalf("retry: %v %v, want the next address 10.99.0.2", res, err)
+	}
+}
+
+// sharedPlugins are two networks' plugins on one store and one node, as
+// two conflists with the same stateDir make them: "pods" (10.99.0.0/24)
+// has no pods, "blue" (10.98.0.0/24) has two live pods whose records were
+// lost with the file.
+func sharedPlugins(t *testing.T) (pods, blue *plugin, w *fakeWire, s *alloc.MemStore) {
+	t.Helper()
+	pods, w, s = newTestPlugin(t, "10.99.0.0/24")
+	cfg, err := parseConfig([]byte(`{"cniVersion":"1.0.0","name":"blue","pool":{"source":"static","ranges":["10.98.0.0/24"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr := &alloc.Manager{Store: s, Pool: cfg.Pool, BootID: "b", Cooldown: cfg.Cooldown, LockTimeout: time.Second}
+	blue = newPluginWith(cfg, mgr, w, staticSource{cfg.Pool})
+	w.wired[netsetup.HostVethName("eni", "blue1", "eth0")] = netip.MustParseAddr("10.98.0.1")
+	w.wired[netsetup.HostVethName("eni", "blue2", "eth0")] = netip.MustParseAddr("10.98.0.2")
+	return pods, blue, w, s
+}
+
+func blueAtt(cid string) attachment {
+	a := att(cid)
+	a.Network = "blue"
+	return a
+}
+
+// TestSharedStateDirLostForOneNetwork: the shared state file was lost and
+// the network without pods wrote a fresh one first (an ADD, or only look-
+// ups, which must not write it). The other network's live pods are still
+// detected: its ADD and STATUS refuse with a message naming the network
+// and `eni-cni repair`, its gc sweeps none of its live veths, its pods'
+// addresses are never handed out.
+func TestSharedStateDirLostForOneNetwork(t *testing.T) {
+	ctx := context.Background()
+	for _, first := range []string{"add", "lookups"} {
+		t.Run(first+" first", func(t *testing.T) {
+			pods, blue, w, s := sharedPlugins(t)
+			switch first {
+			case "add":
+				if _, err := pods.add(ctx, att("p1")); err != nil {
+					t.Fatalf("pods ADD: %v", err)
+				}
+			case "lookups":
+				if err := pods.del(ctx, att("unknown").Key); err != nil {
+					t.Fatalf("pods DEL of an unknown key: %v", err)
+				}
+				if err := pods.check(ctx, att("unknown"), nil); !errors.Is(err, errNoAllocation) {
+					t.Fatalf("pods CHECK of an unknown key: %v", err)
+				}
+				if _, err := pods.status(ctx); err != nil {
+					t.Fatalf("pods STATUS: %v", err)
+				}
+				if s.Saves != 0 || s.Bytes() != nil {
+					t.Fatalf("look-ups wrote the state file: %s", s.Bytes())
+				}
+			}
+			wired := len(w.wired)
+			_, err := blue.add(ctx, blueAtt("new"))
+			if !errors.Is(err, alloc.ErrStateLost) || toCNIError(err).Code != types.ErrIOFailure {
+				t.Fatalf("blue ADD: %v, want ErrStateLost (code 5)", err)
+			}
+			for _, want := range []string{"eni-cni repair", `network "blue"`, "2 addresses", "10.98.0.1 dev eni"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("message lacks %q: %v", want, err)
+				}
+			}
+			if len(w.wired) != wired {
+				t.Errorf("a refused ADD wired something: %v", w.wired)
+			}
+			if _, err := blue.status(ctx); !errors.Is(err, alloc.ErrStateLost) {
+				t.Errorf("blue STATUS: %v, want a refusal", err)
+			}
+			veth := netsetup.HostVethName("eni", "blue1", "eth0")
+			host := &fakeHost{veths: []string{veth}, routes: []gc.HostRoute{{IP: netip.MustParseAddr("10.98.0.1"), Veth: veth}}}
+			_, err = blue.collect(ctx, gc.FromSandboxes(nil), gc.Options{Grace: 600e9, Force: true}, false, host)
+			if !errors.Is(err, alloc.ErrStateLost) || len(host.veths) != 1 || len(host.routes) != 1 {
+				t.Errorf("blue gc: %v, host %+v; want a refusal and its live veths kept", err, host)
+			}
+			if st, err := s.Load(); err == nil && !st.Missing() {
+				for _, a := range st.Allocations {
+					if a.Network == "blue" {
+						t.Errorf("blue allocated %s while refused", a.IP)
+					}
+				}
+			}
+			// The network without pods keeps working meanwhile.
+			if _, err := pods.add(ctx, att("p2")); err != nil {
+				t.Errorf("pods ADD: %v", err)
+			}
+		})
+	}
+}
+
+// TestUnrecordedNetworkIgnoresRecordedPods: a network the store does not
+// record yet (its first call on a node where another network, sharing the
+// store and an overlapping pool, has pods) counts only wiring the store
+// does not explain: the other network's recorded pods are not a lost state.
+func TestUnrecordedNetworkIgnoresRecordedPods(t *testing.T) {
+	ctx := context.Background()
+	pods, _, w, _ := sharedPlugins(t)
+	delete(w.wired, netsetup.HostVethName("eni", "blue1", "eth0"))
+	delete(w.wired, netsetup.HostVethName("eni", "blue2", "eth0"))
+	for _, cid := range []string{"p1", "p2"} {
+		if _, err := pods.add(ctx, att(cid)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := parseConfig([]byte(`{"cniVersion":"1.0.0","name":"green","pool":{"source":"static","ranges":["10.99.0.0/24"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr := &alloc.Manager{Store: pods.mgr.Store, Pool: cfg.Pool, BootID: "b", Cooldown: cfg.Cooldown, LockTimeout: time.Second}
+	green := newPluginWith(cfg, mgr, w, staticSource{cfg.Pool})
+	g := att("g1")
+	g.Network = "green"
+	res, err := green.add(ctx, g)
+	if err != nil {
+		t.Fatalf("green's first ADD beside pods' recorded pods: %v", err)
+	}
+	if ip := res.IPs[0].Address.IP.String(); ip == "10.99.0.1" || ip == "10.99.0.2" {
+		t.Errorf("green got %s, a live pod's address", ip)
+	}
+	// A pod of the shared pool that no record explains makes green's
+	// store lost for green.
+	w.wired[netsetup.HostVethName("eni", "stray", "eth0")] = netip.MustParseAddr("10.99.0.200")
+	h := att("h1")
+	h.Network = "hue"
+	cfg.Network = "hue"
+	hue := newPluginWith(cfg, &alloc.Manager{Store: pods.mgr.Store, Pool: cfg.Pool, BootID: "b", Cooldown: cfg.Cooldown, LockTimeout: time.Second}, w, staticSource{cfg.Pool})
+	if _, err := hue.add(ctx, h); !errors.Is(err, alloc.ErrStateLost) || !strings.Contains(err.Error(), "10.99.0.200") || strings.Contains(err.Error(), "10.99.0.1 ") {
+		t.Errorf("hue ADD with a stray pod in its pool: %v, want ErrStateLost naming only 10.99.0.200", err)
 	}
 }

@@ -84,7 +84,7 @@ type plugin struct {
 // to start from nothing on a node that has pods (stateLost).
 func newPluginWith(cfg *config, mgr *alloc.Manager, w wirer, src poolSource) *plugin {
 	p := &plugin{cfg: cfg, mgr: mgr, wire: w, source: src}
-	mgr.OnMissing = p.stateLost
+	mgr.Network, mgr.OnMissing = cfg.Network, p.stateLost
 	return p
 }
 
@@ -104,19 +104,35 @@ func (p *plugin) logger() *slog.Logger {
 // cannot do that repair itself: the host veth's name is a hash of the
 // sandbox ID, and only the runtime's listing maps it back to a sandbox.
 //
+// It is asked too when the file exists but does not record this network
+// (several networks sharing a stateDir: another one wrote a fresh file
+// after the loss). Then wiring the file explains (an allocation of that
+// address through that veth, another network's pod) does not count.
+//
 // For a static pool, "this network's" means routed to an address of its
 // ranges, so another network's pods (own stateDir, same veth prefix) do not
 // count. An ec2 pool is only known from the lost state, so every routed
 // veth of ours counts.
-func (p *plugin) stateLost() error {
+func (p *plugin) stateLost(st *alloc.State) error {
+	what := p.statePath() + " is missing"
+	if !st.Missing() {
+		what = fmt.Sprintf("%s does not record network %q (another network sharing the stateDir wrote it)", p.statePath(), p.cfg.Network)
+	}
 	routes, err := p.wire.PodRoutes(p.cfg.VethPrefix)
 	if err != nil {
-		return fmt.Errorf("%w: %s is missing and the node's pod routes cannot be listed to tell a new node from a lost state: %w",
-			alloc.ErrStateLost, p.statePath(), err)
+		return fmt.Errorf("%w: %s and the node's pod routes cannot be listed to tell a new network from a lost state: %w",
+			alloc.ErrStateLost, what, err)
+	}
+	explained := make(map[netip.Addr]string, len(st.Allocations))
+	for _, a := range st.Allocations {
+		explained[a.IP] = a.HostVeth
 	}
 	var ours []string
 	for _, r := range routes {
 		if p.cfg.Source == sourceStatic && !p.cfg.Pool.Contains(nil, r.IP) {
+			continue
+		}
+		if veth, ok := explained[r.IP]; ok && (veth == r.Veth || veth == "") {
 			continue
 		}
 		ours = append(ours, r.IP.String()+" dev "+r.Veth)
@@ -124,10 +140,10 @@ func (p *plugin) stateLost() error {
 	if len(ours) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: %s is missing, but the node routes %d addresses of network %q through eni-cni veths (%s): "+
+	return fmt.Errorf("%w: %s, but the node routes %d addresses of network %q through eni-cni veths (%s): "+
 		"the state was lost or stateDir changed, and handing addresses out now could give a live pod's address to another; "+
 		"run `eni-cni repair` to rebuild the state from the node and the CRI runtime",
-		alloc.ErrStateLost, p.statePath(), len(ours), p.cfg.Network, abbreviate(ours, 3))
+		alloc.ErrStateLost, what, len(ours), p.cfg.Network, abbreviate(ours, 3))
 }
 
 func (p *plugin) statePath() string { return filepath.Join(p.cfg.StateDir, alloc.StateFileName) }
@@ -406,12 +422,14 @@ var errNotReady = errors.New("cannot serve ADD")
 func (p *plugin) status(ctx context.Context) (alloc.Counts, error) {
 	// Read without the lock: saves replace the file by rename, so a read
 	// sees one whole state, and STATUS must not queue behind a busy ADD.
-	st, err := p.mgr.Load()
+	// Peek applies what the next locked call would (a new boot, expired
+	// cooling) to its copy only.
+	st, counts, err := p.mgr.Peek()
 	if err != nil {
 		return alloc.Counts{}, fmt.Errorf("%w: %w", errNotReady, err)
 	}
 	if err := p.source.ready(ctx, st); err != nil {
 		return alloc.Counts{}, err
 	}
-	return p.mgr.Counts(st), nil
+	return counts, nil
 }

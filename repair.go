@@ -231,6 +231,7 @@ func (p *plugin) repair(ctx context.Context, store repairStore, o repairOptions,
 		}
 	}
 	plan.apply(base, now, boot, p.cfg.Cooldown)
+	base.RecordNetwork(p.cfg.Network) // the file knows this network from now on
 	if err := store.Save(base); err != nil {
 		return fmt.Errorf("repair: %w", err)
 	}

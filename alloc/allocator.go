@@ -53,9 +53,14 @@ type Request struct {
 // Manager performs each operation as one locked read-modify-write of the
 // store. It never holds the lock across anything but state I/O.
 type Manager struct {
-	Store       Store
-	Pool        Pool
-	BootID      string        // current boot; allocations of other boots are dropped
+	Store  Store
+	Pool   Pool
+	BootID string // current boot; allocations of other boots are dropped
+	// Network is the network whose calls this manager serves (several
+	// networks may share one store). Its saves record it in the store
+	// (State.Networks); a store that does not record it is asked about
+	// like a missing one (OnMissing). Empty: no such check.
+	Network     string
 	Cooldown    time.Duration // how long a freed address rests before reuse
 	LockTimeout time.Duration
 	// Now is the wall clock, for the stamps people read; Boot is the clock
@@ -63,13 +68,16 @@ type Manager struct {
 	// to the system's; tests inject them.
 	Now  func() time.Time
 	Boot func() time.Duration
-	// OnMissing is asked, under the lock, before a new state is used
-	// because the store has no state file. An error refuses the operation.
-	// A brand-new node legitimately has no file; a node whose file was lost
-	// (or whose stateDir changed) still has pods, and starting from an
-	// empty state would hand their addresses out again. The caller, who
-	// can see the node, tells the two apart (plugin.go: stateLost).
-	OnMissing func() error
+	// OnMissing is asked, under the lock, before a state is used that does
+	// not know this manager's network: the store had no state file (a new
+	// state), or the file does not record Network (State.Records; another
+	// network sharing the stateDir wrote it after this one's was lost). An
+	// error refuses the operation. A brand-new node (or network)
+	// legitimately has no record; a node whose file was lost (or whose
+	// stateDir changed) still has pods, and starting from a state that
+	// lacks them would hand their addresses out again. The caller, who can
+	// see the node, tells the two apart (plugin.go: stateLost).
+	OnMissing func(st *State) error
 	// Admit, if set, is asked under the lock before a new address is
 	// handed out; its error fails the allocation and changes nothing. The
 	// ec2 source uses it to refuse addresses of a boot that has not yet
@@ -105,10 +113,12 @@ func (m *Manager) Update(ctx context.Context, fn func(st *State) (changed bool, 
 		return err
 	}
 	fault.Point("lock:after-load")
-	// Expired cooling entries are dropped in memory only: saving just for
-	// that would make reads (list, a refused gc) rewrite the file. Boot
-	// stamps given to an older file's entries are saved with the next change.
-	changed := m.newBoot(st)
+	// Expired cooling entries, a previous boot's allocations and the boot
+	// stamps given to an older file's entries are applied in memory and
+	// saved with the next change: a look-up (DEL or CHECK of an unknown
+	// key, list, a refused gc) never writes the file. Writing it would
+	// create a file where there was none, hiding a lost state.
+	m.newBoot(st)
 	m.stampLegacy(st, m.now(), m.boot())
 	m.pruneCooling(st)
 	m.pruneDemands(st)
@@ -116,9 +126,10 @@ func (m *Manager) Update(ctx context.Context, fn func(st *State) (changed bool, 
 	if err != nil {
 		return err
 	}
-	if changed || fnChanged {
+	if fnChanged {
 		// Tombstones are pruned on every save, never a reason for one.
 		st.EC2.PruneTombstones(m.now())
+		st.RecordNetwork(m.Network)
 		return m.Store.Save(st)
 	}
 	return nil
@@ -132,8 +143,8 @@ func (m *Manager) Load() (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	if st.Missing() && m.OnMissing != nil {
-		if err := m.OnMissing(); err != nil {
+	if m.OnMissing != nil && (st.Missing() || (m.Network != "" && !st.Records(m.Network))) {
+		if err := m.OnMissing(st); err != nil {
 			return nil, err
 		}
 	}
@@ -143,9 +154,9 @@ func (m *Manager) Load() (*State, error) {
 // newBoot drops the allocations of a previous boot. Pods and their veths do
 // not survive a reboot but /var/lib does; without this the addresses of
 // dead pods would stay taken forever. The pool itself is kept.
-func (m *Manager) newBoot(st *State) bool {
+func (m *Manager) newBoot(st *State) {
 	if m.BootID == "" || st.BootID == m.BootID {
-		return false
+		return
 	}
 	if st.BootID != "" {
 		st.Allocations = []Allocation{}
@@ -153,7 +164,6 @@ func (m *Manager) newBoot(st *State) bool {
 		st.Demands = nil
 	}
 	st.BootID = m.BootID
-	return true
 }
 
 func (m *Manager) pruneCooling(st *State) {

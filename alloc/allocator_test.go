@@ -192,15 +192,19 @@ func TestNewBootDropsAllocationsNotPool(t *testing.T) {
 	if st.EC2 == nil || len(st.EC2.Addrs) != 1 || c.Free != 3 {
 		t.Errorf("pool must survive a reboot: %+v %+v", st.EC2, c)
 	}
-	saved, _ := s.Load()
-	if saved.BootID != "boot-2" {
-		t.Error("new boot ID not saved")
-	}
-	// The same boot again changes nothing.
+	// A read writes nothing (a look-up must never create or rewrite the
+	// file); the new boot is saved with the next change.
 	saves := s.Saves
 	rebooted.Snapshot(ctx)
 	if s.Saves != saves {
-		t.Error("a read in the same boot rewrote the store")
+		t.Error("a read rewrote the store")
+	}
+	if _, _, err := rebooted.Allocate(ctx, req("c")); err != nil {
+		t.Fatal(err)
+	}
+	saved, _ := s.Load()
+	if saved.BootID != "boot-2" || len(saved.Allocations) != 1 || saved.Find(key("c")) < 0 {
+		t.Errorf("new boot not saved with the next change: boot %q, %+v", saved.BootID, saved.Allocations)
 	}
 }
 

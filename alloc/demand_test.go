@@ -91,7 +91,14 @@ func TestNewBootDropsDemands(t *testing.T) {
 	m, s, c := newManager(t, "10.0.0.1-10.0.0.5")
 	addDemand(t, m, c, "a", time.Hour)
 	m2 := &Manager{Store: s, Pool: m.Pool, BootID: "boot-2", Now: c.Now}
-	if _, _, err := m2.Snapshot(context.Background()); err != nil {
+	st, _, err := m2.Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Demands) != 0 {
+		t.Errorf("demands of the previous boot seen: %+v", st.Demands)
+	}
+	if _, _, err := m2.Allocate(context.Background(), req("b")); err != nil {
 		t.Fatal(err)
 	}
 	if d := demands(t, s); len(d) != 0 {

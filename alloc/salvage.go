@@ -67,6 +67,19 @@ func Salvage(data []byte) (st *State, notes []string) {
 		}
 		st.Cooling = append(st.Cooling, c)
 	}
+	// The networks record is kept if it decodes: repair adds its own
+	// network, and a network it drops would only be asked about again.
+	if v, ok := fields["networks"]; ok {
+		var names []string
+		if json.Unmarshal(v, &names) != nil {
+			notes = append(notes, "networks record dropped: not a list of names")
+		}
+		for _, n := range names {
+			if n != "" {
+				st.RecordNetwork(n)
+			}
+		}
+	}
 	var last netip.Addr
 	if len(raw.LastIP) > 0 && json.Unmarshal(raw.LastIP, &last) == nil {
 		st.LastIP = last

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/eni-cni/eni-cni/ec2/pool"
@@ -78,6 +79,11 @@ type State struct {
 	EC2 *pool.EC2 `json:"ec2,omitempty"`
 	// Demands are ADDs waiting for an address on a dry pool.
 	Demands []Demand `json:"demands,omitempty"`
+	// Networks are the networks that have written this file (sorted): with
+	// several networks sharing a stateDir, a file that another network
+	// wrote after this one's state was lost must not pass for this
+	// network's (Records). Absent in files from before the record.
+	Networks []string `json:"networks,omitempty"`
 
 	// missing: the store had no state file; this state is new.
 	missing bool
@@ -99,6 +105,40 @@ type Demand struct {
 // Missing reports that the store had no state file and st is a new state:
 // a node that never ran eni-cni, or one whose state file was lost.
 func (s *State) Missing() bool { return s.missing }
+
+// Records reports whether the file knows network n: n has written it, or
+// holds allocations of n. A file from before the record (no Networks)
+// knows every network, as it did then; its first save records the networks
+// of its allocations and its writer's (RecordNetwork), so an upgrade
+// declares nobody lost.
+func (s *State) Records(n string) bool {
+	return len(s.Networks) == 0 || slices.Contains(s.Networks, n) ||
+		slices.ContainsFunc(s.Allocations, func(a Allocation) bool { return a.Network == n })
+}
+
+// RecordNetwork records n, and the networks of the allocations, as
+// networks that have written the file ("" records nothing).
+func (s *State) RecordNetwork(n string) {
+	if n == "" {
+		return
+	}
+	for _, name := range append([]string{n}, networksOf(s.Allocations)...) {
+		if !slices.Contains(s.Networks, name) {
+			s.Networks = append(s.Networks, name)
+		}
+	}
+	slices.Sort(s.Networks)
+}
+
+func networksOf(as []Allocation) []string {
+	var out []string
+	for _, a := range as {
+		if !slices.Contains(out, a.Network) {
+			out = append(out, a.Network)
+		}
+	}
+	return out
+}
 
 // NewState returns the state of a node that has never run the plugin.
 func NewState(bootID string) *State {
@@ -166,6 +206,11 @@ func (s *State) validate() error {
 	}
 	if err := s.EC2.Validate(); err != nil {
 		return fmt.Errorf("%w: ec2 section: %v", ErrCorrupt, err)
+	}
+	for i, n := range s.Networks {
+		if n == "" {
+			return fmt.Errorf("%w: network %d of the networks record is empty", ErrCorrupt, i)
+		}
 	}
 	for i, d := range s.Demands {
 		if d.Network == "" || d.ContainerID == "" || d.IfName == "" {
