@@ -9,14 +9,15 @@ import (
 )
 
 // TestSharedStateDirLostForOneNetwork: two conflists (networks "a" and
-// "b", disjoint pools) share one stateDir; b has live pods, a has none.
-// The state file is lost. Whichever of a's calls comes first (an ADD,
-// which writes a fresh file, or only look-ups, which must write nothing),
-// b's loss is still detected: b's ADD and STATUS refuse pointing at
+// "b", disjoint pools) share one stateDir; b has live pods. The state file
+// is lost. Whichever of a's calls comes first (an ADD, which writes a
+// fresh file, or only look-ups, which must write nothing), or when only
+// b's records are gone from the file (a with a live pod), b's loss is
+// still detected: b's ADD and STATUS refuse pointing at
 // `eni-cni repair`, b's gc leaves its live veths alone, and after repair
 // b's next ADD gets a free address, never a live pod's.
 func TestSharedStateDirLostForOneNetwork(t *testing.T) {
-	for _, first := range []string{"a adds first", "a only looks up first"} {
+	for _, first := range []string{"a adds first", "a only looks up first", "only b's records removed"} {
 		t.Run(first, func(t *testing.T) {
 			n := newNode(t)
 			a := newNetwork(t, n, "1.1.0", []string{"10.99.12.0/29"}, nil)
@@ -24,16 +25,33 @@ func TestSharedStateDirLostForOneNetwork(t *testing.T) {
 			b.stateDir = a.stateDir
 			pods := newPods(t, 4)
 			live := []attached{b.addDirect(t, pods[0]), b.addDirect(t, pods[1])}
-			if err := os.Remove(a.statePath()); err != nil {
+			if first == "only b's records removed" {
+				aLive := a.addDirect(t, pods[2])
+				a.rewriteState(t, func(st map[string]any) {
+					var kept []any
+					for _, al := range st["allocations"].([]any) {
+						if al.(map[string]any)["network"] != b.name {
+							kept = append(kept, al)
+						}
+					}
+					st["allocations"], st["networks"] = kept, []string{a.name}
+				})
+				wantCNIError(t, "b's ADD with its records removed", b.addOut(t, pods[3]), 5, "does not record network", "eni-cni repair", live[1].ip.String())
+				assertWired(t, n, aLive.pod, aLive.ip, aLive.veth)
+				if l := a.list(t).byContainer(); l[pods[2].containerID].IP != aLive.ip.String() {
+					t.Errorf("a's allocation after b's refusal: %+v", l)
+				}
+			} else if err := os.Remove(a.statePath()); err != nil {
 				t.Fatal(err)
 			}
 
-			if first == "a adds first" {
+			switch first {
+			case "a adds first":
 				a.addDirect(t, pods[2])
 				if a.stateBytes(t) == nil {
 					t.Fatal("a's ADD wrote no state file")
 				}
-			} else {
+			case "a only looks up first":
 				if o := a.delOut(t, pods[2]); o.exit != 0 {
 					t.Fatalf("a's DEL of an unknown attachment: %s", o)
 				}
