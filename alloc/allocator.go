@@ -53,16 +53,16 @@ type Request struct {
 // Manager performs each operation as one locked read-modify-write of the
 // store. It never holds the lock across anything but state I/O.
 type Manager struct {
-	Store  Store
-	Pool   Pool
-	BootID string // current boot; allocations of other boots are dropped
+	Store       Store
+	Pool        Pool
+	BootID      string        // current boot; allocations of other boots are dropped
+	Cooldown    time.Duration // how long a freed address rests before reuse
+	LockTimeout time.Duration
 	// Network is the network whose calls this manager serves (several
 	// networks may share one store). Its saves record it in the store
 	// (State.Networks); a store that does not record it is asked about
 	// like a missing one (OnMissing). Empty: no such check.
-	Network     string
-	Cooldown    time.Duration // how long a freed address rests before reuse
-	LockTimeout time.Duration
+	Network string
 	// Now is the wall clock, for the stamps people read; Boot is the clock
 	// that does not jump, for grace and cooldown (clock.go). Both default
 	// to the system's; tests inject them.
