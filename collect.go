@@ -61,9 +61,13 @@ type collection struct {
 // the doing, in an order that cannot free a live pod's address:
 //  1. list host objects, then lock and read the store, so every object of a
 //     live ADD is explained by the state read after;
-//  2. plan and sweep leftovers under that lock (no ADD can take one of
-//     their addresses meanwhile);
-//  3. tear down each dead attachment without the lock, as DEL does;
+//  2. plan, sweep leftovers and unroute the dead attachments under that
+//     lock: rules are found by address alone, so an unroute after the lock
+//     could, if gc stalled past the cooldown meanwhile (a DEL releasing the
+//     address, an ADD taking it), delete a new pod's rules. Under the lock
+//     each dead attachment still holds its address, and no ADD can take it;
+//  3. delete the veths without the lock (the kernel's slow part): nothing
+//     routes to them any more;
 //  4. re-read the state under the lock and release what is still held by
 //     the same address, in one save.
 func (p *plugin) collect(ctx context.Context, live gc.Liveness, opts gc.Options, dryRun bool, host gc.Host) (*collection, error) {
@@ -73,6 +77,7 @@ func (p *plugin) collect(ctx context.Context, live gc.Liveness, opts gc.Options,
 	}
 	c := &collection{}
 	held := map[alloc.Key]alloc.Allocation{}
+	var unrouted []alloc.Allocation
 	err = p.mgr.Update(ctx, func(st *alloc.State) (bool, error) {
 		// A plugin killed in the middle of a save leaves its temporary
 		// file; only with the lock held is none of them in use.
@@ -104,6 +109,7 @@ func (p *plugin) collect(ctx context.Context, live gc.Liveness, opts gc.Options,
 				c.Errors = append(c.Errors, err)
 			}
 			fault.Point("gc:after-leftover-unroute")
+			unrouted = p.unroute(c, held)
 		}
 		return false, nil
 	})
@@ -122,39 +128,49 @@ func (p *plugin) collect(ctx context.Context, live gc.Liveness, opts gc.Options,
 			c.Errors = append(c.Errors, fmt.Errorf("delete leftover veths: %w", err))
 		}
 	}
-	p.free(ctx, c, held)
+	p.free(ctx, c, unrouted)
 	return c, nil
 }
 
-// free tears down and releases the planned attachments, batched: unroute
-// all (one listing of the rules), delete all their veths (one kernel
-// request), release all (one save). Unlike DEL, the veths go before the
-// release: a gc that dies after releasing would leave veths that no
-// allocation names and no route ties to this network, so no later gc
-// could tell they are ours; the runtime repeats a failed DEL, nobody
-// repeats a gc's work.
-func (p *plugin) free(ctx context.Context, c *collection, held map[alloc.Key]alloc.Allocation) {
-	var unrouted []alloc.Allocation
+// unroute removes the routes and rules of the planned attachments, with
+// one listing of the rules, and returns those it unrouted. It runs under
+// the state lock (collect's step 2), where each of them still holds its
+// address. One that fails keeps its address: it may still be routed to
+// the old veth.
+func (p *plugin) unroute(c *collection, held map[alloc.Key]alloc.Allocation) []alloc.Allocation {
+	var dead []alloc.Allocation
 	for _, d := range c.Plan.Free {
-		unrouted = append(unrouted, held[keyOf(d.Attachment)])
+		dead = append(dead, held[keyOf(d.Attachment)])
 	}
-	if err := p.wire.Unroute(attachmentsOf(unrouted)); err != nil {
-		// Find out which failed: those keep their address, as they may
-		// still be routed to the old veth.
-		ok := unrouted[:0:0]
-		for _, a := range unrouted {
+	if len(dead) == 0 {
+		return nil
+	}
+	if err := p.wire.Unroute(attachmentsOf(dead)); err != nil {
+		// Find out which failed.
+		ok := dead[:0:0]
+		for _, a := range dead {
 			if err := p.wire.Unroute(attachmentsOf([]alloc.Allocation{a})); err != nil {
 				c.Errors = append(c.Errors, fmt.Errorf("tear down %s (%s): %w", a.Key, a.IP, err))
 				continue
 			}
 			ok = append(ok, a)
 		}
-		unrouted = ok
+		dead = ok
 	}
+	fault.Point("gc:after-unroute")
+	return dead
+}
+
+// free deletes the veths of the unrouted attachments (one kernel request)
+// and releases them (one save). Unlike DEL, the veths go before the
+// release: a gc that dies after releasing would leave veths that no
+// allocation names and no route ties to this network, so no later gc
+// could tell they are ours; the runtime repeats a failed DEL, nobody
+// repeats a gc's work.
+func (p *plugin) free(ctx context.Context, c *collection, unrouted []alloc.Allocation) {
 	if len(unrouted) == 0 {
 		return
 	}
-	fault.Point("gc:after-unroute")
 	held2 := make([]alloc.Held, len(unrouted))
 	dead := make(map[alloc.Key]gc.Dead, len(c.Plan.Free))
 	for _, d := range c.Plan.Free {
