@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -307,5 +308,45 @@ func TestRepairUntrustedFile(t *testing.T) {
 	}
 	if !strings.Contains(out, "not safe to trust") {
 		t.Errorf("output does not say why:\n%s", out)
+	}
+}
+
+// failingSave is a disk store whose Save fails (a full disk, an I/O error)
+// after everything before it went through.
+type failingSave struct{ *alloc.DiskStore }
+
+func (failingSave) Save(*alloc.State) error { return fmt.Errorf("save state: %w: no space left on device", alloc.ErrIO) }
+
+// TestRepairFailedSaveKeepsTheBadFile: when the rebuilt state cannot be
+// saved, the bad file is still the state file (nothing lost, nothing
+// missing: the next repair salvages from it again), and the copy set
+// aside is byte for byte the same.
+func TestRepairFailedSaveKeepsTheBadFile(t *testing.T) {
+	n := newRepairNode(t)
+	bad := []byte(`{"version":2,"allocations":[{"network":"other","containerID":"o1","ifname":"eth0","ip":"172.16.0.5","hostVeth":"enio1"}],"ec2":"oops"}`)
+	if err := os.WriteFile(n.store.Path(), bad, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err := n.p.repair(context.Background(), failingSave{n.store}, repairOptions{Veths: n.veths, Sandboxes: n.sbs}, &out)
+	if !errors.Is(err, alloc.ErrIO) {
+		t.Fatalf("repair with a failing save: %v, want ErrIO\n%s", err, out.String())
+	}
+	if got, rerr := os.ReadFile(n.store.Path()); rerr != nil || !bytes.Equal(got, bad) {
+		t.Fatalf("after the failed save the state file is %q (%v), want the bad file as it was", got, rerr)
+	}
+	matches, _ := filepath.Glob(n.store.Path() + ".bad-*")
+	for _, m := range matches {
+		if kept, _ := os.ReadFile(m); !bytes.Equal(kept, bad) {
+			t.Errorf("%s differs from the bad file", m)
+		}
+	}
+	// A second repair, with a working store, still salvages from it.
+	out2, err := n.repair(t, repairOptions{})
+	if err != nil {
+		t.Fatalf("repair: %v\n%s", err, out2)
+	}
+	if !strings.Contains(out2, "1 allocations of other networks") {
+		t.Errorf("the second repair salvaged nothing:\n%s", out2)
 	}
 }

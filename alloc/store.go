@@ -284,9 +284,13 @@ func (d *DiskStore) ReadRaw() ([]byte, error) {
 	return data, nil
 }
 
-// SetAside renames the state file to state.json.bad-<UTC time> and returns
-// the new path. `eni-cni repair` keeps a file it cannot use this way: it is
-// never deleted, an operator may want what is in it.
+// SetAside keeps the state file as state.json.bad-<UTC time> and returns
+// that path. `eni-cni repair` keeps a file it cannot use this way: it is
+// never deleted, an operator may want what is in it. The file is hard-linked
+// (copied and synced where the file system has no hard links), not renamed:
+// the state file stays in place until the rebuilt state is saved over it,
+// so a save that fails (a full disk) leaves it as it was, for the next
+// repair to salvage from, rather than a store with no file at all.
 func (d *DiskStore) SetAside(now time.Time) (string, error) {
 	base := d.Path() + ".bad-" + now.UTC().Format("20060102T150405Z")
 	for i := 0; ; i++ {
@@ -294,15 +298,56 @@ func (d *DiskStore) SetAside(now time.Time) (string, error) {
 		if i > 0 {
 			dst = fmt.Sprintf("%s.%d", base, i)
 		}
-		if _, err := os.Lstat(dst); err == nil {
+		err := os.Link(d.Path(), dst) // link(2) does not follow a symlink at the source
+		if errors.Is(err, fs.ErrExist) {
 			continue
 		}
-		if err := os.Rename(d.Path(), dst); err != nil {
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			err = copyAside(d.Path(), dst)
+			if errors.Is(err, fs.ErrExist) {
+				continue
+			}
+		}
+		if err != nil {
 			return "", fmt.Errorf("set %s aside: %w", d.Path(), err)
 		}
 		_ = syncDir(d.dir)
 		return dst, nil
 	}
+}
+
+// copyAside copies the regular file src to the new file dst and syncs it.
+func copyAside(src, dst string) (err error) {
+	in, err := os.OpenFile(src, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file (%s)", src, fi.Mode().Type())
+	}
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			os.Remove(dst)
+		}
+	}()
+	if _, err = io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err = out.Sync(); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // Save replaces the state file atomically: a reader, or a node that loses

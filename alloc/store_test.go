@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -295,5 +296,56 @@ func TestCleanTemp(t *testing.T) {
 	s.CleanTemp()
 	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
 		t.Error("stale temp file kept")
+	}
+}
+
+// TestSetAsideKeepsTheStateFile: the bad file is kept under a new name and
+// stays the state file until a save replaces it; a second set-aside in the
+// same second gets its own name; the copy used where hard links fail is the
+// same bytes and refuses what is not a regular file.
+func TestSetAsideKeepsTheStateFile(t *testing.T) {
+	dir := t.TempDir()
+	d, err := NewDiskStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
+	if _, err := d.SetAside(now); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("set aside of no file: %v, want ErrNotExist", err)
+	}
+	bad := []byte("{truncated")
+	if err := os.WriteFile(d.Path(), bad, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	first, err := d.SetAside(now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := d.SetAside(now)
+	if err != nil || second == first {
+		t.Fatalf("second set aside: %s, %v (first %s)", second, err, first)
+	}
+	for _, p := range []string{d.Path(), first, second} {
+		if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, bad) {
+			t.Errorf("%s: %q, %v; want the bad file", p, got, err)
+		}
+	}
+	cp := filepath.Join(dir, "copy")
+	if err := copyAside(d.Path(), cp); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(cp); !bytes.Equal(got, bad) {
+		t.Errorf("copy: %q", got)
+	}
+	if err := copyAside(d.Path(), cp); !errors.Is(err, fs.ErrExist) {
+		t.Errorf("copy over an existing file: %v, want ErrExist", err)
+	}
+	link := filepath.Join(dir, "link")
+	os.Symlink(d.Path(), link)
+	if err := copyAside(link, filepath.Join(dir, "copy2")); err == nil {
+		t.Error("copied through a symlink")
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "copy2")); err == nil {
+		t.Error("a failed copy left its file")
 	}
 }
