@@ -315,7 +315,9 @@ func TestRepairUntrustedFile(t *testing.T) {
 // after everything before it went through.
 type failingSave struct{ *alloc.DiskStore }
 
-func (failingSave) Save(*alloc.State) error { return fmt.Errorf("save state: %w: no space left on device", alloc.ErrIO) }
+func (failingSave) Save(*alloc.State) error {
+	return fmt.Errorf("save state: %w: no space left on device", alloc.ErrIO)
+}
 
 // TestRepairFailedSaveKeepsTheBadFile: when the rebuilt state cannot be
 // saved, the bad file is still the state file (nothing lost, nothing
