@@ -152,12 +152,17 @@ func sortedViews(vs []netsetup.VethView) []netsetup.VethView {
 }
 
 // apply adds the plan to st: the new allocations, and the held addresses
-// as cooling entries lasting one cooldown.
+// as cooling entries lasting one cooldown from now.
 func (plan repairPlan) apply(st *alloc.State, now time.Time, boot, cooldown time.Duration) {
 	st.Allocations = append(st.Allocations, plan.Add...)
+	// An address recorded now cools no more; one held now replaces its
+	// older entry (a repeated repair), so no address cools twice.
 	taken := map[netip.Addr]bool{}
 	for _, a := range plan.Add {
 		taken[a.IP] = true
+	}
+	for _, h := range plan.Held {
+		taken[h.IP] = true
 	}
 	st.Cooling = slices.DeleteFunc(st.Cooling, func(c alloc.Cooling) bool { return taken[c.IP] })
 	for _, h := range plan.Held {
@@ -177,8 +182,10 @@ type repairStore interface {
 // repairOptions are the command's choices and the node's facts.
 type repairOptions struct {
 	DryRun, Force bool
-	Veths         []netsetup.VethView
-	Sandboxes     []gc.Sandbox
+	// Inspect reads the node's veths of ours with their /32 routes and pod
+	// ends (netsetup.InspectVeths). It is called with the state lock held.
+	Inspect   func() ([]netsetup.VethView, error)
+	Sandboxes []gc.Sandbox
 	// Discover fills an empty ec2 pool from IMDS (full build); nil leaves
 	// it empty for `warm` to fill.
 	Discover func(ctx context.Context, st *alloc.State) (string, error)
@@ -199,6 +206,18 @@ func (p *plugin) repair(ctx context.Context, store repairStore, o repairOptions,
 	if err != nil {
 		return err
 	}
+	// The node is read under the lock (netlink, fast), so no ADD or DEL
+	// changes it between this look and the save: a DEL done just before
+	// would otherwise be undone from a stale look (its pod recorded
+	// again, its cooldown cancelled). The runtime's listing is read before
+	// the lock, as gc reads it: a slow runtime must not stall ADDs. A
+	// sandbox it does not list yet cannot have been wired meanwhile: an
+	// ADD records its allocation (in base) before it wires, and ADD is
+	// refused while the store is lost or corrupt.
+	veths, err := o.Inspect()
+	if err != nil {
+		return fmt.Errorf("repair: list the node's veths: %w (nothing changed)", err)
+	}
 	if o.Discover != nil && p.cfg.Source == sourceEC2 && (base.EC2 == nil || len(base.EC2.Addrs) == 0) {
 		msg, err := o.Discover(ctx, base)
 		if err != nil {
@@ -208,7 +227,7 @@ func (p *plugin) repair(ctx context.Context, store repairStore, o repairOptions,
 		}
 	}
 	now, boot := p.mgr.Clock(), p.repairBoot()
-	in := repairInput{Network: p.cfg.Network, Prefix: p.cfg.VethPrefix, Base: base, Veths: o.Veths, Sandboxes: o.Sandboxes, Now: now, Boot: boot}
+	in := repairInput{Network: p.cfg.Network, Prefix: p.cfg.VethPrefix, Base: base, Veths: veths, Sandboxes: o.Sandboxes, Now: now, Boot: boot}
 	if p.cfg.Source == sourceStatic {
 		in.InPool = func(ip netip.Addr) bool { return p.cfg.Pool.Contains(base, ip) }
 	} else {

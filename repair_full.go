@@ -39,17 +39,17 @@ func cmdRepairCLI(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("repair: the store is not a state directory")
 	}
 	ctx := context.Background()
-	// The runtime and the node are read before the lock, as gc does: a
-	// slow runtime must not stall ADDs of a readable store.
+	// The runtime is read before the lock, as gc does: a slow runtime
+	// must not stall ADDs of a readable store. The node is read under it
+	// (repair.go).
 	sbs, err := listSandboxes(ctx, *endpoint, *timeout)
 	if err != nil {
 		return fmt.Errorf("repair: %w (nothing changed)", err)
 	}
-	veths, err := netsetup.InspectVeths(p.cfg.VethPrefix, netsetup.NetnsDirs)
-	if err != nil {
-		return fmt.Errorf("repair: list the node's veths: %w (nothing changed)", err)
+	inspect := func() ([]netsetup.VethView, error) {
+		return netsetup.InspectVeths(p.cfg.VethPrefix, netsetup.NetnsDirs)
 	}
-	o := repairOptions{DryRun: *dryRun, Force: *force, Veths: veths, Sandboxes: sbs, Discover: p.discoverPool}
+	o := repairOptions{DryRun: *dryRun, Force: *force, Inspect: inspect, Sandboxes: sbs, Discover: p.discoverPool}
 	return p.repair(ctx, store, o, stdout)
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -73,8 +74,8 @@ func newRepairNode(t *testing.T) *repairNode {
 
 func (n *repairNode) repair(t *testing.T, o repairOptions) (string, error) {
 	t.Helper()
-	if o.Veths == nil {
-		o.Veths = n.veths
+	if o.Inspect == nil {
+		o.Inspect = func() ([]netsetup.VethView, error) { return n.veths, nil }
 	}
 	if o.Sandboxes == nil {
 		o.Sandboxes = n.sbs
@@ -330,7 +331,7 @@ func TestRepairFailedSaveKeepsTheBadFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	err := n.p.repair(context.Background(), failingSave{n.store}, repairOptions{Veths: n.veths, Sandboxes: n.sbs}, &out)
+	err := n.p.repair(context.Background(), failingSave{n.store}, repairOptions{Inspect: func() ([]netsetup.VethView, error) { return n.veths, nil }, Sandboxes: n.sbs}, &out)
 	if !errors.Is(err, alloc.ErrIO) {
 		t.Fatalf("repair with a failing save: %v, want ErrIO\n%s", err, out.String())
 	}
@@ -350,5 +351,80 @@ func TestRepairFailedSaveKeepsTheBadFile(t *testing.T) {
 	}
 	if !strings.Contains(out2, "1 allocations of other networks") {
 		t.Errorf("the second repair salvaged nothing:\n%s", out2)
+	}
+}
+
+// TestRepairReadsTheNodeUnderTheLock: a DEL that completes right after
+// repair has looked at the node, before repair takes the lock, must not be
+// undone: repair would record the pod again from the veth it saw, for an
+// address whose wiring is gone and whose cooldown it would cancel. The
+// node is read under the lock, so the DEL waits for repair instead, and
+// then frees the address as usual.
+func TestRepairReadsTheNodeUnderTheLock(t *testing.T) {
+	n := newRepairNode(t)
+	if out, err := n.repair(t, repairOptions{}); err != nil { // rebuild: A and B recorded
+		t.Fatalf("repair: %v\n%s", err, out)
+	}
+	// The runtime's DEL is another process: its own store on the same
+	// directory.
+	other, err := alloc.NewDiskStore(n.store.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr := *n.p.mgr
+	mgr.Store, mgr.LockTimeout = other, time.Minute
+	runtime := newPluginWith(n.p.cfg, &mgr, n.w, staticSource{n.p.cfg.Pool})
+	keyB := alloc.Key{Network: "pods", ContainerID: "sandbox-b", IfName: "net1"}
+	var delErr error
+	delDone := make(chan struct{})
+	del := func() { defer close(delDone); delErr = runtime.del(context.Background(), keyB) }
+	inspect := func() ([]netsetup.VethView, error) {
+		var seen []netsetup.VethView
+		n.w.mu.Lock()
+		for _, v := range n.veths {
+			if _, ok := n.w.wired[v.Name]; ok {
+				seen = append(seen, v)
+			}
+		}
+		n.w.mu.Unlock()
+		// The runtime's DEL of pod B comes now; if repair holds the state
+		// lock, it waits for repair.
+		try, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		if err := other.Lock(try); err != nil {
+			go del()
+			return seen, nil
+		}
+		if err := other.Unlock(); err != nil {
+			t.Error(err)
+		}
+		del()
+		return seen, nil
+	}
+	out, err := n.repair(t, repairOptions{Inspect: inspect})
+	if err != nil {
+		t.Fatalf("repair: %v\n%s", err, out)
+	}
+	<-delDone
+	if delErr != nil {
+		t.Fatal(delErr)
+	}
+	if _, wired := n.w.wired[n.vB]; wired {
+		t.Fatal("DEL left pod B's veth")
+	}
+	st := n.state(t)
+	if i := st.Find(keyB); i >= 0 {
+		t.Errorf("pod B, deleted, is recorded again with %s (its veth is gone):\n%s", st.Allocations[i].IP, out)
+	}
+	if !slices.ContainsFunc(st.Cooling, func(c alloc.Cooling) bool { return c.IP == n.ipB }) {
+		t.Errorf("pod B's address %s is not cooling: %+v", n.ipB, st.Cooling)
+	}
+	// The ghost's address, held by both repairs, is held once.
+	seen := map[netip.Addr]bool{}
+	for _, c := range st.Cooling {
+		if seen[c.IP] {
+			t.Errorf("%s cools twice: %+v", c.IP, st.Cooling)
+		}
+		seen[c.IP] = true
 	}
 }
