@@ -134,6 +134,15 @@ func (c *commonFlags) load() (*plugin, string, error) {
 	return p, path, err
 }
 
+// readOnly opens p's store for a dry run: nothing is created or saved
+// (alloc.Manager.ReadOnly, DiskStore.SetReadOnly).
+func (p *plugin) readOnly() {
+	p.mgr.ReadOnly = true
+	if d, ok := p.mgr.Store.(interface{ SetReadOnly() }); ok {
+		d.SetReadOnly()
+	}
+}
+
 // listing is the JSON form of `eni-cni list`.
 type listing struct {
 	Network     string             `json:"network"`

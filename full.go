@@ -209,6 +209,9 @@ func cmdGCCLI(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if *dryRun {
+		p.readOnly()
+	}
 	opts := gc.Options{Grace: p.cfg.GCGrace, Force: *force, RefuseEmpty: true}
 	f.fs.Visit(func(fl *flag.Flag) {
 		if fl.Name == "grace" {

@@ -38,6 +38,9 @@ func cmdRepairCLI(args []string, stdout, stderr io.Writer) error {
 	if !ok {
 		return fmt.Errorf("repair: the store is not a state directory")
 	}
+	if *dryRun {
+		p.readOnly()
+	}
 	ctx := context.Background()
 	// The runtime is read before the lock, as gc does: a slow runtime
 	// must not stall ADDs of a readable store. The node is read under it

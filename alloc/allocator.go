@@ -83,7 +83,15 @@ type Manager struct {
 	// ec2 source uses it to refuse addresses of a boot that has not yet
 	// checked the instance's identity.
 	Admit func(st *State) error
+	// ReadOnly (dry runs) makes Update save nothing: not the housekeeping
+	// of a load (a new boot, stamps of an older file), and a change fn
+	// reports is refused with ErrReadOnly. The store is made read-only
+	// too by whoever sets this (DiskStore.SetReadOnly).
+	ReadOnly bool
 }
+
+// ErrReadOnly: a write through a store or manager opened for a dry run.
+var ErrReadOnly = errors.New("state opened read-only (dry run)")
 
 func (m *Manager) now() time.Time {
 	if m.Now != nil {
@@ -125,6 +133,12 @@ func (m *Manager) Update(ctx context.Context, fn func(st *State) (changed bool, 
 	fnChanged, err := fn(st)
 	if err != nil {
 		return err
+	}
+	if m.ReadOnly {
+		if fnChanged {
+			return ErrReadOnly
+		}
+		return nil
 	}
 	if fnChanged {
 		// Tombstones are pruned on every save, never a reason for one.

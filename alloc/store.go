@@ -80,6 +80,10 @@ const (
 type DiskStore struct {
 	dir  string
 	held *flock.Flock
+	// readOnly (SetReadOnly): Lock creates nothing, Save and SetAside
+	// refuse; noLock is a read-only Lock's hold when there was no lock
+	// file to take (no writer ever ran here).
+	readOnly, noLock bool
 	// createTemp makes the temporary file of a save; tests replace it to
 	// inject write errors (a full disk) without filling one.
 	createTemp func(dir, pattern string) (tempFile, error)
@@ -111,6 +115,9 @@ func NewDiskStore(dir string) (*DiskStore, error) {
 // (plugin.go). The first writer on a node creates the directory.
 func (d *DiskStore) checkDir() error {
 	fi, err := os.Stat(d.dir)
+	if errors.Is(err, fs.ErrNotExist) && d.readOnly {
+		return err
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		if err := os.MkdirAll(d.dir, 0o700); err != nil {
 			return fmt.Errorf("create state directory: %w", err)
@@ -147,6 +154,12 @@ func trusted(path string, fi fs.FileInfo) error {
 func (d *DiskStore) Dir() string { return d.dir }
 
 // Path is the state file's path, for messages.
+// SetReadOnly makes the store fit for a dry run, which must leave the node
+// as it found it: Lock neither creates the state directory nor the lock
+// file (without them there is no state and no writer to wait for, so it
+// holds nothing), and Save and SetAside fail with ErrReadOnly.
+func (d *DiskStore) SetReadOnly() { d.readOnly = true }
+
 func (d *DiskStore) Path() string { return filepath.Join(d.dir, StateFileName) }
 
 func (d *DiskStore) lockPath() string { return filepath.Join(d.dir, LockFileName) }
@@ -160,15 +173,27 @@ func (d *DiskStore) lockPath() string { return filepath.Join(d.dir, LockFileName
 // On a timeout the message names the lock file and, from /proc/locks, the
 // process that holds it, so a stuck holder can be found and dealt with.
 func (d *DiskStore) Lock(ctx context.Context) error {
-	if d.held != nil {
+	if d.held != nil || d.noLock {
 		return fmt.Errorf("lock %s: already held by this store", d.lockPath())
 	}
-	if err := d.checkDir(); err != nil {
+	err := d.checkDir()
+	if d.readOnly && errors.Is(err, fs.ErrNotExist) {
+		d.noLock = true
+		return nil
+	}
+	if err != nil {
 		return err
 	}
 	start := time.Now()
-	fl := flock.New(d.lockPath(), flock.SetPermissions(0o600), flock.SetFlag(LockOpenFlags))
-	if ok, err := fl.TryLock(); err != nil {
+	flags := LockOpenFlags
+	if d.readOnly {
+		flags &^= os.O_CREATE
+	}
+	fl := flock.New(d.lockPath(), flock.SetPermissions(0o600), flock.SetFlag(flags))
+	if ok, err := fl.TryLock(); d.readOnly && errors.Is(err, fs.ErrNotExist) {
+		d.noLock = true
+		return nil
+	} else if err != nil {
 		return d.lockError(err)
 	} else if ok {
 		return d.hold(fl)
@@ -217,6 +242,10 @@ func (d *DiskStore) hold(fl *flock.Flock) error {
 }
 
 func (d *DiskStore) Unlock() error {
+	if d.noLock {
+		d.noLock = false
+		return nil
+	}
 	if d.held == nil {
 		return fmt.Errorf("unlock %s: not locked", d.lockPath())
 	}
@@ -292,6 +321,9 @@ func (d *DiskStore) ReadRaw() ([]byte, error) {
 // so a save that fails (a full disk) leaves it as it was, for the next
 // repair to salvage from, rather than a store with no file at all.
 func (d *DiskStore) SetAside(now time.Time) (string, error) {
+	if d.readOnly {
+		return "", fmt.Errorf("set %s aside: %w", d.Path(), ErrReadOnly)
+	}
 	base := d.Path() + ".bad-" + now.UTC().Format("20060102T150405Z")
 	for i := 0; ; i++ {
 		dst := base
@@ -353,6 +385,9 @@ func copyAside(src, dst string) (err error) {
 // Save replaces the state file atomically: a reader, or a node that loses
 // power, sees either the old file or the new one, never a mix.
 func (d *DiskStore) Save(st *State) error {
+	if d.readOnly {
+		return fmt.Errorf("save state %s: %w", d.Path(), ErrReadOnly)
+	}
 	data, err := encodeState(st)
 	if err != nil {
 		return fmt.Errorf("encode state: %w", err)

@@ -349,3 +349,59 @@ func TestSetAsideKeepsTheStateFile(t *testing.T) {
 		t.Error("a failed copy left its file")
 	}
 }
+
+// TestReadOnlyStoreCreatesNothing: a dry run's store and manager take the
+// lock where there is one, create no directory or lock file where there is
+// none, and save nothing: not a fn's change (refused) and not the
+// housekeeping of a load (a state of another boot).
+func TestReadOnlyStoreCreatesNothing(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	m := newDiskManager(t, dir, "10.0.0.0/29")
+	d := m.Store.(*DiskStore)
+	d.SetReadOnly()
+	m.ReadOnly = true
+	ctx := context.Background()
+	if err := m.Update(ctx, func(st *State) (bool, error) { return false, nil }); err != nil {
+		t.Fatalf("read-only update of no directory: %v", err)
+	}
+	if _, err := os.Lstat(dir); err == nil {
+		t.Fatal("the state directory was created")
+	}
+	if err := d.Save(NewState("")); !errors.Is(err, ErrReadOnly) {
+		t.Errorf("save: %v, want ErrReadOnly", err)
+	}
+	// A state of another boot, written by a writer (which made the lock).
+	w := newDiskManager(t, dir, "10.0.0.0/29")
+	w.BootID = "boot-0"
+	if _, _, err := w.Allocate(ctx, Request{Key: Key{Network: "n", ContainerID: "c", IfName: "eth0"}}); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(d.Path())
+	err := m.Update(ctx, func(st *State) (bool, error) {
+		if len(st.Allocations) != 0 {
+			t.Error("the previous boot's allocation was not dropped in memory")
+		}
+		return true, nil
+	})
+	if !errors.Is(err, ErrReadOnly) {
+		t.Errorf("a change under a read-only manager: %v, want ErrReadOnly", err)
+	}
+	if err := m.Update(ctx, func(st *State) (bool, error) { return false, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := os.ReadFile(d.Path()); !bytes.Equal(before, after) {
+		t.Error("a read-only update saved")
+	}
+	// The lock is taken where it exists: a writer waits.
+	if err := d.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := w.Store.Lock(short); !errors.Is(err, ErrLockTimeout) {
+		t.Errorf("a writer got the lock a read-only store holds: %v", err)
+	}
+	if err := d.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+}
