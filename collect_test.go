@@ -230,7 +230,7 @@ func TestGCCommandBadRuntimeChangesNothing(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			code, out, errs := run("gc", "--conf-dir", confDir, "--cri-endpoint", tc.endpoint, "--timeout", "500ms", "--grace", "1s")
+			code, out, errs := run("gc", "--conf-dir", confDir, "--cri-endpoint", tc.endpoint, "--timeout", "500ms", "--grace", "1m")
 			if code == 0 || !strings.Contains(strings.ToLower(errs), tc.want) {
 				t.Errorf("exit %d, stderr %q, want non-zero and %q", code, errs, tc.want)
 			}
@@ -275,5 +275,43 @@ func TestCollectGraceOnBootClock(t *testing.T) {
 				t.Errorf("freed %v, young %v; want freed=%v", c.Freed, c.Plan.Young, tc.wantFreed)
 			}
 		})
+	}
+}
+
+// TestGCGraceFlagMinimum: `gc --grace` may lengthen the grace of the
+// config, never go below the minimum that gcGraceSeconds has: ADD runs
+// before the runtime lists the sandbox, so a shorter grace could free a pod
+// being created. Below it is a usage error that changes nothing.
+func TestGCGraceFlagMinimum(t *testing.T) {
+	if leanBuild {
+		t.Skip("the lean build execs the full build in place of the test process; covered by the default build")
+	}
+	confDir, stateDir := writeConflist(t)
+	store, _ := alloc.NewDiskStore(stateDir)
+	boot, _ := alloc.ReadBootID()
+	rs, _ := alloc.ParseRanges([]string{"10.99.0.0/29"})
+	m := &alloc.Manager{Store: store, Pool: rs, BootID: boot}
+	if _, _, err := m.Allocate(context.Background(), alloc.Request{Key: alloc.Key{Network: "pods", ContainerID: "young", IfName: "eth0"}, HostVeth: "eniyoung"}); err != nil {
+		t.Fatal(err)
+	}
+	statePath := filepath.Join(stateDir, alloc.StateFileName)
+	before, _ := os.ReadFile(statePath)
+	cri := crifake.Start(t)
+	cri.SetSandboxes(crifake.PodSandbox("other", "default", "web", "uid", true, time.Now()))
+	for _, grace := range []string{"0s", "59s", "-1s"} {
+		code, out, errs := run("gc", "--conf-dir", confDir, "--cri-endpoint", cri.Endpoint(), "--grace", grace)
+		if code != 2 || !strings.Contains(errs, "--grace") || !strings.Contains(errs, "minimum") {
+			t.Errorf("gc --grace %s: exit %d, stderr %q; want a usage error (2) naming the minimum", grace, code, errs)
+		}
+		if strings.Contains(out, "freed") {
+			t.Errorf("gc --grace %s freed: %s", grace, out)
+		}
+		if after, _ := os.ReadFile(statePath); !bytes.Equal(before, after) {
+			t.Fatalf("gc --grace %s changed the state", grace)
+		}
+	}
+	code, out, errs := run("gc", "--conf-dir", confDir, "--cri-endpoint", cri.Endpoint(), "--grace", "60s")
+	if code != 0 || !strings.Contains(out, "kept 1 young") {
+		t.Errorf("gc --grace 60s: exit %d, %s%s; want the young allocation kept", code, out, errs)
 	}
 }

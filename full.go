@@ -194,7 +194,7 @@ func (h eniHost) Reassert(_ context.Context, enis []pool.ENI, pods []alloc.Alloc
 func cmdGCCLI(args []string, stdout, stderr io.Writer) error {
 	f := newFlags("gc", stderr)
 	endpoint := f.fs.String("cri-endpoint", "", "CRI socket (default: $CONTAINER_RUNTIME_ENDPOINT, /etc/crictl.yaml, then containerd's and CRI-O's)")
-	grace := f.fs.Duration("grace", 0, "keep allocations younger than this (default: gcGraceSeconds of the config, 600s)")
+	grace := f.fs.Duration("grace", 0, "keep allocations younger than this, at least 60s (default: gcGraceSeconds of the config, 600s)")
 	dryRun := f.fs.Bool("dry-run", false, "print what would be freed and change nothing")
 	force := f.fs.Bool("force", false, "free old allocations even when the runtime lists no sandbox at all")
 	timeout := f.fs.Duration("timeout", cri.DefaultTimeout, "timeout of each CRI call")
@@ -202,8 +202,17 @@ func cmdGCCLI(args []string, stdout, stderr io.Writer) error {
 	if err := f.parse(args); err != nil {
 		return err
 	}
-	if *grace < 0 || *timeout <= 0 {
-		return fmt.Errorf("%w: --grace must be >= 0 and --timeout > 0", errUsage)
+	if *timeout <= 0 {
+		return fmt.Errorf("%w: --timeout must be > 0", errUsage)
+	}
+	graceSet := false
+	f.fs.Visit(func(fl *flag.Flag) { graceSet = graceSet || fl.Name == "grace" })
+	// The flag may lengthen the config's grace, never shorten it below the
+	// minimum gcGraceSeconds has (config.go: ADD runs before the runtime
+	// lists the sandbox). Tests age the store instead of lowering it.
+	if graceSet && *grace < minGCGrace {
+		return fmt.Errorf("%w: --grace %s is below the minimum of %s (ADD runs before the runtime lists the sandbox, so a shorter grace could free a pod being created)",
+			errUsage, *grace, minGCGrace)
 	}
 	p, _, err := f.load()
 	if err != nil {
@@ -213,11 +222,9 @@ func cmdGCCLI(args []string, stdout, stderr io.Writer) error {
 		p.readOnly()
 	}
 	opts := gc.Options{Grace: p.cfg.GCGrace, Force: *force, RefuseEmpty: true}
-	f.fs.Visit(func(fl *flag.Flag) {
-		if fl.Name == "grace" {
-			opts.Grace = *grace
-		}
-	})
+	if graceSet {
+		opts.Grace = *grace
+	}
 	start := time.Now()
 	c, err := runGC(context.Background(), p, *endpoint, *timeout, opts, *dryRun)
 	if !*dryRun {
