@@ -250,11 +250,15 @@ func (w *walkWorld) listed() {
 	w.cri.SetSandboxes(sbs...)
 }
 
-// gc runs `eni-cni gc` against the fake runtime with no grace: everything
-// the runtime does not list is dead.
+// gc runs `eni-cni gc` against the fake runtime on a store aged past the
+// grace (--grace cannot go below its minimum): everything the runtime does
+// not list is dead.
 func (w *walkWorld) gc(t *testing.T, point string) output {
 	t.Helper()
-	args := []string{"gc", "--config", w.nw.confFile, "--cri-endpoint", w.cri.Endpoint(), "--grace", "0s"}
+	if _, err := os.Lstat(w.nw.statePath()); err == nil {
+		w.nw.ageAllocations(t, time.Hour)
+	}
+	args := []string{"gc", "--config", w.nw.confFile, "--cri-endpoint", w.cri.Endpoint()}
 	if point != "" {
 		w.mustKill(t, point, nil, nil, args...)
 		return output{}

@@ -155,7 +155,8 @@ func TestGCOtherNetwork(t *testing.T) {
 					bKept = []attached{b.addDirect(t, bPods[0]), b.addDirect(t, bPods[1])}
 					cri := crifake.Start(t)
 					cri.SetSandboxes(readySandboxes(bPods...)...)
-					args := []string{"--cri-endpoint", cri.Endpoint(), "--grace", "0s"}
+					a.ageAllocations(t, 5*time.Minute)
+					args := []string{"--cri-endpoint", cri.Endpoint()}
 					if !shared {
 						// A's own store sees a listing naming none of its
 						// allocations: that is what another runtime's socket
@@ -244,8 +245,9 @@ func TestGCSweepLeftovers(t *testing.T) {
 			}
 
 			if how == "eni-cni gc" {
+				nw.ageAllocations(t, time.Hour)
 				before, state := n.hostState(t), nw.stateBytes(t)
-				o := nw.gc(t, "--cri-endpoint", cri.Endpoint(), "--grace", "0s", "--dry-run")
+				o := nw.gc(t, "--cri-endpoint", cri.Endpoint(), "--grace", "60s", "--dry-run")
 				if o.exit != 0 {
 					t.Fatalf("gc --dry-run: want exit 0, got %s", o)
 				}
@@ -279,7 +281,7 @@ func TestGCSweepLeftovers(t *testing.T) {
 
 			var o output
 			if how == "eni-cni gc" {
-				o = nw.gc(t, "--cri-endpoint", cri.Endpoint(), "--grace", "0s")
+				o = nw.gc(t, "--cri-endpoint", cri.Endpoint(), "--grace", "60s")
 				if s := parseSummary(t, o); o.exit != 0 || s != (gcSummary{alive: 2, leftovers: 4}) {
 					t.Errorf("gc: want exit 0 and `freed 0, kept 0 young, 2 alive, 4 host leftovers`, got %s", o)
 				}
@@ -345,7 +347,8 @@ func TestGCCommandCRI(t *testing.T) {
 		stranger := crifake.PodSandbox(randHex(32), "eni-it", "stranger", "", true, time.Now())
 		cri.SetSandboxes(sandboxOf(pods[0], true), sandboxOf(pods[2], false), stranger)
 
-		o := nw.gc(t, "--cri-endpoint", cri.Endpoint(), "--grace", "0s")
+		nw.ageAllocations(t, time.Hour)
+		o := nw.gc(t, "--cri-endpoint", cri.Endpoint(), "--grace", "60s")
 		if o.exit != 0 {
 			t.Fatalf("gc: want exit 0, got %s", o)
 		}
@@ -424,7 +427,7 @@ func TestGCCommandCRI(t *testing.T) {
 		}
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
-				args := append([]string{"--cri-endpoint", tc.endpoint(t), "--grace", "0s"}, tc.args...)
+				args := append([]string{"--cri-endpoint", tc.endpoint(t), "--grace", "60s"}, tc.args...)
 				o := nw.gc(t, args...)
 				if o.exit == 0 {
 					t.Errorf("gc: want a non-zero exit, got %s", o)
@@ -449,7 +452,7 @@ func TestGCCommandCRI(t *testing.T) {
 		}
 
 		// Told to, it believes the empty listing.
-		o := nw.gc(t, "--cri-endpoint", crifake.Start(t).Endpoint(), "--grace", "0s", "--force")
+		o := nw.gc(t, "--cri-endpoint", crifake.Start(t).Endpoint(), "--grace", "60s", "--force")
 		if o.exit != 0 {
 			t.Fatalf("gc --force: want exit 0, got %s", o)
 		}
@@ -486,7 +489,7 @@ func TestGCCommandCRI(t *testing.T) {
 		cri := crifake.Start(t)
 		cri.SetSandboxes(sandboxOf(pods[0], true)) // pods[1] is gone, born is not listed yet
 
-		o := nw.gc(t, "--cri-endpoint", cri.Endpoint(), "--grace", "10s")
+		o := nw.gc(t, "--cri-endpoint", cri.Endpoint(), "--grace", "60s")
 		if o.exit != 0 {
 			t.Fatalf("gc: want exit 0, got %s", o)
 		}
@@ -505,7 +508,7 @@ func TestGCCommandCRI(t *testing.T) {
 		// lose, so no refusal, and the young pod stays.
 		cri.SetSandboxes()
 		nw.del(t, pods[0], pods[0].path())
-		o = nw.gc(t, "--cri-endpoint", cri.Endpoint(), "--grace", "10s")
+		o = nw.gc(t, "--cri-endpoint", cri.Endpoint(), "--grace", "60s")
 		if s := parseSummary(t, o); o.exit != 0 || s != (gcSummary{young: 1}) {
 			t.Errorf("gc with an empty listing and one young pod: want exit 0 and kept 1 young, got %s", o)
 		}
@@ -513,8 +516,8 @@ func TestGCCommandCRI(t *testing.T) {
 	})
 }
 
-// TestGCLoopDuringCreation is the whereabouts race: `eni-cni gc --grace 5s`
-// runs in a tight loop while 10 pods are ADDed one by one, and the fake
+// TestGCLoopDuringCreation is the whereabouts race: `eni-cni gc --grace 60s`
+// (the minimum) runs in a tight loop while 10 pods are ADDed one by one, and the fake
 // runtime lists a sandbox only after its ADD has returned, as containerd
 // does. Each pod is made to sit through at least one whole GC pass that
 // started after its ADD and before its sandbox was listed. No pass may free
@@ -546,7 +549,7 @@ func TestGCLoopDuringCreation(t *testing.T) {
 			}
 			started.Add(1)
 			o, err := runIn(t.Context(), n.path(), nil, nil, pluginBin, "gc", "--config", nw.confFile,
-				"--cri-endpoint", cri.Endpoint(), "--grace", "5s")
+				"--cri-endpoint", cri.Endpoint(), "--grace", "60s")
 			mu.Lock()
 			passes = append(passes, pass{o, err})
 			mu.Unlock()

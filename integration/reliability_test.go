@@ -58,7 +58,7 @@ func TestLostStateRepair(t *testing.T) {
 		t.Error("a refused ADD wrote a state file")
 	}
 	wantCNIError(t, "STATUS with the state lost", nw.run(t, cniEnv("STATUS", nil), nw.config(t)), 50, "eni-cni repair")
-	if o := nw.cli(t, "gc", "--cri-endpoint", crifake.Start(t).Endpoint(), "--force", "--grace", "0s"); o.exit == 0 || !strings.Contains(string(o.stderr), "state file lost") {
+	if o := nw.cli(t, "gc", "--cri-endpoint", crifake.Start(t).Endpoint(), "--force"); o.exit == 0 || !strings.Contains(string(o.stderr), "state file lost") {
 		t.Errorf("gc with the state lost: want a refusal (every live veth would look like a leftover), got %s", o)
 	}
 	assertWired(t, n, pods[1], atts[1].ip, atts[1].veth)

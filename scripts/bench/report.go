@@ -534,7 +534,7 @@ func (b *bench) writeMarkdown(path string) error {
 	p("Exec floor: `CNI_COMMAND=VERSION` of each binary and of a static Go binary that only prints a VERSION answer, built by the harness with the same toolchain and flags.\n")
 	p("- gc: %d real pods, an in-process CRI fake (`gc/crifake`) on a unix socket listing %d sandboxes that include all but %d of them; ",
 		b.cfg.gcAllocs, b.cfg.gcSandboxes, b.cfg.gcDead)
-	p("`eni-cni gc --grace 0s` frees those %d (veths torn down, one save); the CNI GC verb does the same from `cni.dev/valid-attachments`. CRI calls served: %s.\n", b.cfg.gcDead, r.CRICalls)
+	p("`eni-cni gc --grace 60s` (the store aged past it) frees those %d (veths torn down, one save); the CNI GC verb does the same from `cni.dev/valid-attachments`. CRI calls served: %s.\n", b.cfg.gcDead, r.CRICalls)
 	p("- EC2: `ec2fake` + `ec2.Warmer` in process with a hand-moved clock, the scenario of `TestWarmCreatesENIsUpToLimit` (m5.large, warmIPTarget 5, warm every 5th pod and when ADD finds the pool empty), then 120 warm passes 30 s apart.\n")
 	p("- Profiles: the ADD code path run in process %d times (the repository's `alloc.Manager` on the disk store + `netsetup.Setup` + result printing, as `cni.go`/`plugin.go` wire them) under `runtime/pprof`, ",
 		b.cfg.profileAdds)

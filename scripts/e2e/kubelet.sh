@@ -29,7 +29,7 @@
 #                                    sandboxes (its late DELs free nothing alive,
 #                                    even an address that a new pod reuses) and
 #                                    leaves nothing behind
-#   gc-loop-frees-nothing-live       `eni-cni gc --grace 30s` every 2 s during all
+#   gc-loop-frees-nothing-live       `eni-cni gc --grace 60s` every 2 s during all
 #                                    of the above freed nothing
 #   teardown-leaves-nothing          all manifests removed: every address freed;
 #                                    kubelet and containerd stopped: nothing left
@@ -79,7 +79,7 @@ case $EC2_POOL in warm | dry) ;; *) echo "KUBELET_EC2_POOL must be warm or dry" 
 VPFX=kub                              # host veth prefix: kub + 12 hex
 POOL_RANGE=10.77.0.10-10.77.0.33      # 24 addresses, static phase (host namespace)
 POOL_RE='^10\.77\.0\.'
-GC_GRACE=30s
+GC_GRACE=60s                          # the minimum of gc --grace, as of gcGraceSeconds
 COOLDOWN=5                            # cooldownSeconds cannot go below 5
 E2E_CONTAINERD=1
 E2E_NETNS_UNDER_STATE=1               # netns of this run's pods under its state dir
@@ -272,8 +272,9 @@ watch_ready() {
 
 # ------------------------------------------------------------------ gc loop
 
-# start_gc_loop: `eni-cni gc` every 2 s, as a timer would run it, with a
-# short grace so that it could free a live pod's address if it were wrong.
+# start_gc_loop: `eni-cni gc` every 2 s, as a timer would run it, with the
+# shortest grace allowed, so that it could free a live pod's address if it
+# were wrong.
 start_gc_loop() {
 	GC_LOG=$E2E_RUN/logs/gc-loop.log
 	GC_STOP=$E2E_RUN/gc-loop.stop
