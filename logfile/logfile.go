@@ -71,7 +71,9 @@ func (w *Writer) Write(p []byte) (int, error) {
 // still too full, shift path.N-1 → path.N … path → path.1 and start a new
 // file; if another process rotated already, just reopen the path.
 func (w *Writer) rotate(need int) error {
-	lock := flock.New(w.path+".lock", flock.SetPermissions(0o600))
+	// Like the log itself, the lock is never opened through a symlink.
+	lock := flock.New(w.path+".lock", flock.SetPermissions(0o600),
+		flock.SetFlag(os.O_CREATE|os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK))
 	if err := lock.Lock(); err != nil {
 		return err
 	}

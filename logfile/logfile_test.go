@@ -180,3 +180,31 @@ func TestConcurrentProcesses(t *testing.T) {
 		}
 	}
 }
+
+// TestRotationLockNoFollow: a symlink planted at the rotation lock is not
+// followed (its target is not created); the record is written all the same
+// and rotation waits until the lock is sane.
+func TestRotationLockNoFollow(t *testing.T) {
+	dir, elsewhere := t.TempDir(), t.TempDir()
+	path := filepath.Join(dir, "eni-cni.log")
+	victim := filepath.Join(elsewhere, "victim")
+	if err := os.Symlink(victim, path+".lock"); err != nil {
+		t.Fatal(err)
+	}
+	w, err := Open(path, 10, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for range 3 {
+		if _, err := w.Write([]byte("a line of the log\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Lstat(victim); err == nil {
+		t.Errorf("the symlink's target %s was created", victim)
+	}
+	if _, err := os.Lstat(path + ".1"); err == nil {
+		t.Error("rotated under a symlinked lock")
+	}
+}

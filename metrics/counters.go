@@ -84,6 +84,11 @@ func index(list []string, s string) int {
 	return -1
 }
 
+// lockOpenFlags open a lock file here as alloc.LockOpenFlags do in the
+// state directory: created if missing, never through a symlink, never
+// blocking on a FIFO put in its place.
+const lockOpenFlags = os.O_CREATE | os.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK
+
 // RecordVerb counts one call of verb in dir's counters file and, for timed
 // verbs, its latency. The file is created if needed (dir is not).
 func RecordVerb(dir, verb string, ok bool, d time.Duration) error {
@@ -91,11 +96,15 @@ func RecordVerb(dir, verb string, ok bool, d time.Duration) error {
 	if v < 0 {
 		return nil
 	}
-	f, err := os.OpenFile(filepath.Join(dir, CountersFileName), os.O_RDWR|os.O_CREATE, 0o600)
+	// Never through a symlink, never blocking on a FIFO: we run as root.
+	f, err := os.OpenFile(filepath.Join(dir, CountersFileName), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0o600)
 	if err != nil {
 		return fmt.Errorf("open metrics counters: %w", err)
 	}
 	defer f.Close() // also releases the lock
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return fmt.Errorf("open metrics counters %s: not a regular file", f.Name())
+	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
 		return fmt.Errorf("lock metrics counters: %w", err)
 	}

@@ -192,3 +192,30 @@ func TestRecordRun(t *testing.T) {
 		t.Errorf("broken record not kept aside: %q", data)
 	}
 }
+
+// TestLockAndCountersNoFollow: a symlink planted at runs.lock or at the
+// counters file (we run as root; the directory may be one others could
+// once write) is not followed: the call fails and the file it names is
+// neither created nor written.
+func TestLockAndCountersNoFollow(t *testing.T) {
+	for _, name := range []string{"runs.lock", CountersFileName} {
+		t.Run(name, func(t *testing.T) {
+			dir, elsewhere := t.TempDir(), t.TempDir()
+			victim := filepath.Join(elsewhere, "victim")
+			if err := os.Symlink(victim, filepath.Join(dir, name)); err != nil {
+				t.Fatal(err)
+			}
+			_, rerr := RecordRun(dir, RunUpdate{Job: "gc", Start: time.Now()})
+			verr := RecordVerb(dir, CountedVerbs[0], true, time.Millisecond)
+			if name == "runs.lock" && rerr == nil {
+				t.Error("RecordRun went through a symlinked lock")
+			}
+			if name == CountersFileName && verr == nil {
+				t.Error("RecordVerb went through a symlinked counters file")
+			}
+			if _, err := os.Lstat(victim); err == nil {
+				t.Errorf("the symlink's target %s was created", victim)
+			}
+		})
+	}
+}

@@ -84,7 +84,7 @@ func LoadRuns(dir string) (*Runs, error) {
 // fresh one begun: it holds counters only, Prometheus handles a counter
 // reset, and a record stuck broken would stop every later one.
 func RecordRun(dir string, u RunUpdate) (*Runs, error) {
-	lock := flock.New(filepath.Join(dir, "runs.lock"), flock.SetPermissions(0o600))
+	lock := flock.New(filepath.Join(dir, "runs.lock"), flock.SetPermissions(0o600), flock.SetFlag(lockOpenFlags))
 	if err := lock.Lock(); err != nil {
 		return nil, fmt.Errorf("lock run record: %w", err)
 	}
