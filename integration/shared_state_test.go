@@ -70,12 +70,12 @@ func TestSharedStateDirLostForOneNetwork(t *testing.T) {
 			wantCNIError(t, "b's ADD with its state lost", o, 5, "state file lost", "eni-cni repair", `network "`+b.name+`"`, live[0].ip.String())
 			pods[3].assertUnwired(t)
 			wantCNIError(t, "b's STATUS with its state lost", b.run(t, cniEnv("STATUS", nil), b.config(t)), 50, "eni-cni repair")
-			if o := b.cli(t, "gc", "--cri-endpoint", crifake.Start(t).Endpoint(), "--force", "--grace", "0s"); o.exit == 0 || !strings.Contains(string(o.stderr), "state file lost") {
+			if o := b.cli(t, "gc", "--cri-endpoint", crifake.Start(t).Endpoint(), "--force", "--grace", "60s"); o.exit == 0 || !strings.Contains(string(o.stderr), "state file lost") {
 				t.Errorf("b's gc with its state lost: want a refusal (its live veths would look like leftovers), got %s", o)
 			}
 			// a's gc sweeps only wiring of a's pool: b's live veths are not
 			// a's leftovers.
-			if o := a.gc(t, "--cri-endpoint", crifake.Start(t).Endpoint(), "--force", "--grace", "0s"); o.exit != 0 {
+			if o := a.gc(t, "--cri-endpoint", crifake.Start(t).Endpoint(), "--force", "--grace", "60s"); o.exit != 0 {
 				t.Errorf("a's gc: %s", o)
 			}
 			for _, l := range live {
