@@ -328,7 +328,7 @@ const (
 // keeps the wait well inside the 4 minutes.
 const (
 	defaultAddWait = 25 * time.Second
-	maxAddWait     = 180 * time.Second
+	maxAddWait     = alloc.MaxDemandWait
 )
 
 func (c *config) parseEC2() error {

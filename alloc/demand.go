@@ -7,6 +7,21 @@ import (
 	"time"
 )
 
+// MaxDemandWait is the longest an ADD may wait on a dry pool (the
+// configuration's addWaitSeconds is bounded by it). A demand spanning more
+// was not written by a waiting ADD: it is not in force.
+const MaxDemandWait = 180 * time.Second
+
+// Live reports whether d is in force at now: between its Since and its
+// Until, a span no longer than an ADD may wait. The bounds are wall-clock
+// times (they are shared between processes through the store), so the
+// clock being stepped back must not make a marker outlive its ADD: one
+// recorded "after" now is not in force either, and its waiter, if alive,
+// records it again (see the ec2 source's wait).
+func (d Demand) Live(now time.Time) bool {
+	return !now.Before(d.Since) && now.Before(d.Until) && d.Until.Sub(d.Since) <= MaxDemandWait
+}
+
 // FindDemand returns the index of the demand of k, or -1.
 func (s *State) FindDemand(k Key) int {
 	return slices.IndexFunc(s.Demands, func(d Demand) bool { return d.Key == k })
@@ -30,21 +45,22 @@ func (s *State) DropDemand(k Key) bool {
 func (s *State) Waiting(now time.Time) int {
 	n := 0
 	for _, d := range s.Demands {
-		if now.Before(d.Until) && s.Find(d.Key) < 0 {
+		if d.Live(now) && s.Find(d.Key) < 0 {
 			n++
 		}
 	}
 	return n
 }
 
-// pruneDemands drops expired demands in memory: the next save writes the
-// state without them, and nothing saves just for that (as with cooling).
+// pruneDemands drops demands no longer in force (Live) in memory: the next
+// save writes the state without them, and nothing saves just for that (as
+// with cooling).
 func (m *Manager) pruneDemands(st *State) {
 	if len(st.Demands) == 0 {
 		return
 	}
 	now := m.now()
-	st.Demands = slices.DeleteFunc(st.Demands, func(d Demand) bool { return !now.Before(d.Until) })
+	st.Demands = slices.DeleteFunc(st.Demands, func(d Demand) bool { return !d.Live(now) })
 	if len(st.Demands) == 0 {
 		st.Demands = nil
 	}
