@@ -88,12 +88,13 @@ func (r waitResult) attrs() []any {
 type step struct {
 	a        alloc.Allocation
 	existed  bool
-	got      bool      // a has the attachment's address
-	fail     error     // give up with this
-	imds     bool      // look at IMDS before recording the demand
-	identity bool      // check the instance's identity with IMDS first
-	trigger  bool      // start a warm pass, after the lock is released
-	next     time.Time // look again at the latest then
+	got      bool          // a has the attachment's address
+	fail     error         // give up with this
+	imds     bool          // look at IMDS before recording the demand
+	identity bool          // check the instance's identity with IMDS first
+	trigger  bool          // start a warm pass, after the lock is released
+	next     time.Time     // look again at the latest then
+	recorded *alloc.Demand // the demand this look recorded for the ADD
 }
 
 // allocate is ADD's allocation on an ec2 pool that may wait: it takes a
@@ -116,11 +117,26 @@ func (s ec2Source) allocate(ctx context.Context, req alloc.Request) (alloc.Alloc
 			w.Close()
 		}
 	}()
+	// mine is the demand this ADD recorded, nil before it has one in the
+	// store.
+	var mine *alloc.Demand
 	for first := true; ; {
 		var st step
 		var source *pool.EC2
 		err := s.mgr.Update(ctx, func(state *alloc.State) (bool, error) {
 			source = state.EC2
+			if mine != nil && state.FindDemand(req.Key) < 0 {
+				// Gone: a DEL withdrew it, and then this ADD must not take
+				// an address for the deleted sandbox, even if one is free
+				// now; or the wall clock was stepped and the save before
+				// this look pruned it (its bounds are wall-clock times, the
+				// wait is not), and then this ADD records it again.
+				if mine.Live(s.mgr.Clock()) {
+					st = step{fail: fmt.Errorf("allocate ip for %s: %w; %w", req.Key, alloc.ErrPoolExhausted, errWithdrawn)}
+					return false, nil
+				}
+				mine = nil
+			}
 			a, existed, changed, allocErr := s.mgr.AllocateIn(state, req)
 			if errors.Is(allocErr, errIdentityUnchecked) && !res.checkedIdentity {
 				st = step{identity: true}
@@ -138,9 +154,12 @@ func (s ec2Source) allocate(ctx context.Context, req alloc.Request) (alloc.Alloc
 					return false, err
 				}
 			}
-			st, changed = s.look(state, req, allocErr, first, start, until, res)
+			st, changed = s.look(state, req, allocErr, first, mine == nil, start, until, res)
 			return changed, nil
 		})
+		if err == nil && st.recorded != nil {
+			mine = st.recorded
+		}
 		switch {
 		case err != nil:
 			return alloc.Allocation{}, false, nil, res.attrsIf(w), fmt.Errorf("allocate ip for %s: %w", req.Key, err)
@@ -178,7 +197,9 @@ func (s ec2Source) allocate(ctx context.Context, req alloc.Request) (alloc.Alloc
 // look is one look at a dry pool, under the lock: decide whether to give
 // up, what to record and when to look again. changed reports whether st
 // must be saved.
-func (s ec2Source) look(st *alloc.State, req alloc.Request, allocErr error, first bool, start, until time.Time, res waitResult) (step, bool) {
+// record: the ADD has no demand in the store yet (or no longer: see
+// allocate).
+func (s ec2Source) look(st *alloc.State, req alloc.Request, allocErr error, first, record bool, start, until time.Time, res waitResult) (step, bool) {
 	changed := false
 	src := st.EC2
 	if src == nil { // a node warm never described: no limits, no outcome
@@ -196,20 +217,24 @@ func (s ec2Source) look(st *alloc.State, req alloc.Request, allocErr error, firs
 		return step{fail: fmt.Errorf("%w; %s", cause, s.timedOut(src, start, res))}, true
 	}
 	i := st.FindDemand(req.Key)
-	if !first && i < 0 {
-		return step{fail: fmt.Errorf("%w; %w", cause, errWithdrawn)}, false
-	}
 	if first && src.InstanceID != "" && st.Waiting(now) == 0 && !res.lookedIMDS {
 		// Addresses assigned by something else show in IMDS first. Not on
 		// a node warm never described (its pass discovers the instance
 		// anyway), nor when ADDs already wait (one of them looked).
 		return step{imds: true}, false
 	}
-	if first {
-		st.Demands = append(st.Demands, alloc.Demand{Key: req.Key, Since: now.UTC(), Until: until.UTC()})
-		i, changed = len(st.Demands)-1, true
+	var recorded *alloc.Demand
+	if record || i < 0 {
+		// One demand per attachment: one left by an earlier ADD of it
+		// (killed while waiting) would be counted twice and outlive this
+		// ADD's fulfilment. Until is now plus the time left, not until's
+		// wall time: the wall clock may have been stepped since start.
+		st.DropDemand(req.Key)
+		d := alloc.Demand{Key: req.Key, Since: now.UTC(), Until: now.Add(until.Sub(now)).UTC()}
+		st.Demands = append(st.Demands, d)
+		i, changed, recorded = len(st.Demands)-1, true, &d
 	}
-	out := step{next: nextLook(st, now, until)}
+	out := step{next: nextLook(st, now, until), recorded: recorded}
 	// At the hard limit (waiting for a cooldown to end) warm cannot help.
 	if s.warm != nil && !src.AtHardLimit(s.cfg.Warm.MaxENIs) && needTrigger(st, src, now) {
 		st.Demands[i].TriggeredAt = now.UTC()
@@ -272,7 +297,7 @@ func (s ec2Source) timedOut(src *pool.EC2, start time.Time, res waitResult) stri
 func needTrigger(st *alloc.State, src *pool.EC2, now time.Time) bool {
 	var last time.Time
 	for _, d := range st.Demands {
-		if now.Before(d.Until) && d.TriggeredAt.After(last) {
+		if d.Live(now) && d.TriggeredAt.After(last) {
 			last = d.TriggeredAt
 		}
 	}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/eni-cni/eni-cni/alloc"
+)
+
+// waitForDemand blocks until k's demand is in the store.
+func (n *dryNode) waitForDemand(k alloc.Key) {
+	n.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for n.state().FindDemand(k) < 0 {
+		if time.Now().After(deadline) {
+			n.t.Fatalf("no demand of %v recorded", k)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestDryPoolWaiterSurvivesWallClockJump: the wall clock jumps forward
+// (NTP stepping a node that booted with a wrong clock) while an ADD waits:
+// its demand, whose deadline is a wall-clock time in the store, is
+// expired by the next save. The ADD's own wait is on the monotonic clock:
+// it must not take that for a DEL of its attachment, and gets the address
+// warm adds.
+func TestDryPoolWaiterSurvivesWallClockJump(t *testing.T) {
+	n := newDryNode(t, "t3.medium", "")
+	n.hold = make(chan struct{})
+	released := false
+	defer func() {
+		if !released {
+			close(n.hold)
+		}
+	}()
+	p, _ := n.plugin()
+	var jump atomic.Int64
+	p.mgr.Now = func() time.Time { return time.Now().Add(time.Duration(jump.Load())) }
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.add(context.Background(), att("jumped"))
+		done <- err
+	}()
+	n.waitForDemand(alloc.Key{Network: "pods", ContainerID: "jumped", IfName: "eth0"})
+	jump.Store(int64(time.Hour))
+	// Anything that wakes the waiter makes it look (and save) again.
+	if err := p.mgr.Wake(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	close(n.hold)
+	released = true
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("ADD after a forward jump of the wall clock: %v, want the address warm added", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("ADD did not end")
+	}
+}
+
+// TestDryPoolDELThenAddressesArrive: DEL withdraws a waiting ADD's demand,
+// and warm's addresses arrive before the ADD looks again. The ADD must
+// stop (its sandbox is gone), not take an address and wire a dead sandbox.
+func TestDryPoolDELThenAddressesArrive(t *testing.T) {
+	n := newDryNode(t, "t3.medium", "")
+	n.hold = make(chan struct{})
+	released := false
+	defer func() {
+		if !released {
+			close(n.hold)
+		}
+	}()
+	p, w := n.plugin()
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.add(context.Background(), att("gone"))
+		done <- err
+	}()
+	k := alloc.Key{Network: "pods", ContainerID: "gone", IfName: "eth0"}
+	n.waitForDemand(k)
+	// DEL's withdrawal, without its wake-up reaching the waiter first:
+	// the next thing the waiter sees is warm's wake-up with addresses.
+	other, _ := n.plugin()
+	if err := other.mgr.Update(context.Background(), func(st *alloc.State) (bool, error) {
+		return st.DropDemand(k), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	close(n.hold)
+	released = true
+	select {
+	case err := <-done:
+		if !errors.Is(err, errWithdrawn) {
+			t.Errorf("ADD whose attachment was deleted: %v, want %v", err, errWithdrawn)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("ADD did not end")
+	}
+	n.wg.Wait()
+	if st := n.state(); st.Find(k) >= 0 || len(w.wired) != 0 {
+		t.Errorf("the deleted attachment got an address: allocations %+v, wired %v", st.Allocations, w.wired)
+	}
+}
