@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gofrs/flock"
+	"golang.org/x/sys/unix"
 
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2/pool"
@@ -236,7 +237,7 @@ func (s ec2Source) look(st *alloc.State, req alloc.Request, allocErr error, firs
 	}
 	out := step{next: nextLook(st, now, until), recorded: recorded}
 	// At the hard limit (waiting for a cooldown to end) warm cannot help.
-	if s.warm != nil && !src.AtHardLimit(s.cfg.Warm.MaxENIs) && needTrigger(st, src, now) {
+	if s.warm != nil && !src.AtHardLimit(s.cfg.Warm.MaxENIs) && needTrigger(st, src, now, s.processAlive) {
 		st.Demands[i].TriggeredAt = now.UTC()
 		out.trigger, changed = true, true
 	}
@@ -293,8 +294,10 @@ func (s ec2Source) timedOut(src *pool.EC2, start time.Time, res waitResult) stri
 
 // needTrigger reports whether a warm pass must be started for the waiting
 // ADDs: none was started for them, or one ended since the last start and
-// they still wait, or the last start has not become a running pass.
-func needTrigger(st *alloc.State, src *pool.EC2, now time.Time) bool {
+// they still wait, or the pass started for them died (its process is gone:
+// killed, OOM), or the last start has not become a running pass. alive
+// reports whether a process is running.
+func needTrigger(st *alloc.State, src *pool.EC2, now time.Time, alive func(pid int) bool) bool {
 	var last time.Time
 	for _, d := range st.Demands {
 		if d.Live(now) && d.TriggeredAt.After(last) {
@@ -306,6 +309,8 @@ func needTrigger(st *alloc.State, src *pool.EC2, now time.Time) bool {
 		return true
 	case src.LastPass != nil && src.LastPass.At.After(last):
 		return true
+	case !src.PassStartedAt.Before(last) && src.PassPID > 0 && !alive(src.PassPID):
+		return true // the pass started for them died without an outcome
 	case !src.PassStartedAt.Before(last) && now.Sub(src.PassStartedAt) < passStall:
 		return false // the pass started for them is running
 	}
@@ -335,6 +340,15 @@ func nextLook(st *alloc.State, now, until time.Time) time.Time {
 		}
 	}
 	return next
+}
+
+// processAlive reports whether process pid exists (kill(pid, 0)): EPERM
+// means it does, ESRCH that it is gone.
+func (s ec2Source) processAlive(pid int) bool {
+	if s.alive != nil {
+		return s.alive(pid)
+	}
+	return !errors.Is(unix.Kill(pid, 0), unix.ESRCH)
 }
 
 func (s ec2Source) clock() time.Time {

@@ -386,12 +386,15 @@ func TestNeedTrigger(t *testing.T) {
 		{"started 6s ago, never ran", []alloc.Demand{demand(-6 * time.Second)}, pool.EC2{}, true},
 		{"running", []alloc.Demand{demand(-8 * time.Second)}, pool.EC2{PassStartedAt: now.Add(-7 * time.Second)}, false},
 		{"running for too long", []alloc.Demand{demand(-90 * time.Second)}, pool.EC2{PassStartedAt: now.Add(-89 * time.Second)}, true},
+		{"running, its process alive", []alloc.Demand{demand(-8 * time.Second)}, pool.EC2{PassStartedAt: now.Add(-7 * time.Second), PassPID: 100}, false},
+		{"its process died", []alloc.Demand{demand(-2 * time.Second)}, pool.EC2{PassStartedAt: now.Add(-time.Second), PassPID: 666}, true},
+		{"a died pass before the last start", []alloc.Demand{demand(-time.Second)}, pool.EC2{PassStartedAt: now.Add(-2 * time.Second), PassPID: 666}, false},
 		{"a pass ended since", []alloc.Demand{demand(-3 * time.Second)}, pool.EC2{LastPass: &pool.PassOutcome{At: now.Add(-time.Second)}}, true},
 		{"the pass ended before the start", []alloc.Demand{demand(-1 * time.Second)}, pool.EC2{LastPass: &pool.PassOutcome{At: now.Add(-2 * time.Second)}}, false},
 		{"the starter's demand expired", []alloc.Demand{{Key: k("a"), Until: now.Add(-time.Second), TriggeredAt: now.Add(-2 * time.Second)}, demand(0)}, pool.EC2{}, true},
 	} {
 		st := &alloc.State{Demands: tc.ds}
-		if got := needTrigger(st, &tc.src, now); got != tc.want {
+		if got := needTrigger(st, &tc.src, now, func(pid int) bool { return pid != 666 }); got != tc.want {
 			t.Errorf("%s: needTrigger = %v, want %v", tc.name, got, tc.want)
 		}
 	}

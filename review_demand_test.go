@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"errors"
+	"os/exec"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/ec2/pool"
 )
 
 // waitForDemand blocks until k's demand is in the store.
@@ -105,5 +107,49 @@ func TestDryPoolDELThenAddressesArrive(t *testing.T) {
 	n.wg.Wait()
 	if st := n.state(); st.Find(k) >= 0 || len(w.wired) != 0 {
 		t.Errorf("the deleted attachment got an address: allocations %+v, wired %v", st.Allocations, w.wired)
+	}
+}
+
+// dyingWarm's first start is a pass that marks itself started for the
+// waiting ADDs and is then killed (SIGKILL, OOM): it never records an
+// outcome nor wakes anyone. Later starts run real passes.
+type dyingWarm struct {
+	n       *dryNode
+	deadPID int
+	died    atomic.Bool
+}
+
+func (d *dyingWarm) startWarm(ctx context.Context, cfg *config) (string, error) {
+	if d.died.CompareAndSwap(false, true) {
+		p, _ := d.n.plugin()
+		err := p.mgr.Update(ctx, func(st *alloc.State) (bool, error) {
+			if st.EC2 == nil {
+				st.EC2 = &pool.EC2{}
+			}
+			st.EC2.PassStartedAt, st.EC2.PassPID = time.Now().UTC(), d.deadPID
+			return true, nil
+		})
+		return "a pass that dies", err
+	}
+	return d.n.startWarm(ctx, cfg)
+}
+
+// TestDryPoolWarmKilledMidPass: the pass an ADD started is killed after it
+// marked itself running. The waiting ADD must not take the mark for a
+// running pass for a minute (passStall, beyond its whole wait): it sees
+// the pass's process is gone at its next look, starts another, and gets an
+// address within its wait.
+func TestDryPoolWarmKilledMidPass(t *testing.T) {
+	n := newDryNode(t, "t3.medium", `,"addWaitSeconds":12`)
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := n.plugin()
+	src := p.source.(ec2Source)
+	src.warm = &dyingWarm{n: n, deadPID: gone.Process.Pid}
+	p.source = src
+	if _, err := p.add(context.Background(), att("survivor")); err != nil {
+		t.Fatalf("ADD whose warm pass was killed: %v", err)
 	}
 }

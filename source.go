@@ -74,6 +74,9 @@ type ec2Source struct {
 	mgr  *alloc.Manager
 	warm warmStarter      // nil: never start a pass (tests)
 	now  func() time.Time // nil: time.Now
+	// alive reports whether a process runs (nil: kill(pid, 0)), to tell a
+	// warm pass that died from one still running.
+	alive func(pid int) bool
 }
 
 // errIdentityUnchecked: the store has not been compared with IMDS in this

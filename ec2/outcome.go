@@ -3,6 +3,7 @@ package ec2
 import (
 	"context"
 	"errors"
+	"os"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
@@ -25,7 +26,8 @@ func (w *Warmer) markStarted(ctx context.Context) error {
 		if st.Waiting(w.now()) == 0 {
 			return false, nil
 		}
-		section(st).PassStartedAt = w.now().UTC()
+		src := section(st)
+		src.PassStartedAt, src.PassPID = w.now().UTC(), os.Getpid()
 		return true, nil
 	})
 }
@@ -51,7 +53,7 @@ func (w *Warmer) recordOutcome(ctx context.Context, short bool, passErr error) e
 			return false, nil
 		}
 		src := section(st)
-		src.LastPass, src.PassStartedAt, saved = &o, time.Time{}, true
+		src.LastPass, src.PassStartedAt, src.PassPID, saved = &o, time.Time{}, 0, true
 		return true, nil
 	})
 	if saved {

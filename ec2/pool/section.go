@@ -63,6 +63,9 @@ type EC2 struct {
 	// PassStartedAt is when a warm pass with ADDs waiting for it began, so
 	// they know it is under way and do not start another.
 	PassStartedAt time.Time `json:"passStartedAt,omitzero"`
+	// PassPID is the process of that pass, so that waiters see it died
+	// (killed, OOM) rather than wait for a mark nobody will clear.
+	PassPID int `json:"passPID,omitempty"`
 }
 
 // Limits are the instance type's ENI limits, from DescribeInstanceTypes.
