@@ -94,6 +94,7 @@ type step struct {
 	imds     bool          // look at IMDS before recording the demand
 	identity bool          // check the instance's identity with IMDS first
 	trigger  bool          // start a warm pass, after the lock is released
+	direct   bool          // start it as a process of its own, not through systemd
 	next     time.Time     // look again at the latest then
 	recorded *alloc.Demand // the demand this look recorded for the ADD
 }
@@ -186,7 +187,7 @@ func (s ec2Source) allocate(ctx context.Context, req alloc.Request) (alloc.Alloc
 			s.lookIMDS(ctx)
 			continue
 		case st.trigger:
-			res.trigger, res.err = s.warm.startWarm(ctx, s.cfg)
+			res.trigger, res.err = s.warm.startWarm(ctx, s.cfg, st.direct)
 		}
 		first = false
 		if _, err := w.Wait(ctx, max(st.next.Sub(s.clock()), time.Millisecond)); err != nil {
@@ -238,6 +239,11 @@ func (s ec2Source) look(st *alloc.State, req alloc.Request, allocErr error, firs
 	out := step{next: nextLook(st, now, until), recorded: recorded}
 	// At the hard limit (waiting for a cooldown to end) warm cannot help.
 	if s.warm != nil && !src.AtHardLimit(s.cfg.Warm.MaxENIs) && needTrigger(st, src, now, s.processAlive) {
+		// A start that did not become a pass is not asked of systemd
+		// again: `systemctl start --no-block` succeeds though the unit then
+		// runs nothing (its start limit hit, its condition failing, its
+		// binary gone).
+		out.direct = startLost(st, src, now)
 		st.Demands[i].TriggeredAt = now.UTC()
 		out.trigger, changed = true, true
 	}
@@ -298,12 +304,7 @@ func (s ec2Source) timedOut(src *pool.EC2, start time.Time, res waitResult) stri
 // killed, OOM), or the last start has not become a running pass. alive
 // reports whether a process is running.
 func needTrigger(st *alloc.State, src *pool.EC2, now time.Time, alive func(pid int) bool) bool {
-	var last time.Time
-	for _, d := range st.Demands {
-		if d.Live(now) && d.TriggeredAt.After(last) {
-			last = d.TriggeredAt
-		}
-	}
+	last := lastTrigger(st, now)
 	switch {
 	case last.IsZero():
 		return true
@@ -315,6 +316,24 @@ func needTrigger(st *alloc.State, src *pool.EC2, now time.Time, alive func(pid i
 		return false // the pass started for them is running
 	}
 	return now.Sub(last) >= triggerTimeout
+}
+
+// lastTrigger is when a waiting ADD last started a warm pass (zero: none).
+func lastTrigger(st *alloc.State, now time.Time) time.Time {
+	var last time.Time
+	for _, d := range st.Demands {
+		if d.Live(now) && d.TriggeredAt.After(last) {
+			last = d.TriggeredAt
+		}
+	}
+	return last
+}
+
+// startLost reports whether the last start of a pass for the waiting ADDs
+// has become no pass at all: none marked itself running or ended since.
+func startLost(st *alloc.State, src *pool.EC2, now time.Time) bool {
+	last := lastTrigger(st, now)
+	return !last.IsZero() && src.PassStartedAt.Before(last) && (src.LastPass == nil || !src.LastPass.At.After(last))
 }
 
 // coolingEndsBy reports whether a cooling address becomes usable before t.

@@ -87,7 +87,7 @@ func (n *dryNode) plugin() (*plugin, *fakeWire) {
 
 // startWarm is the test's warmStarter: a pass on its own goroutine, like
 // the detached process, with the real one-pass-at-a-time lock.
-func (n *dryNode) startWarm(context.Context, *config) (string, error) {
+func (n *dryNode) startWarm(context.Context, *config, bool) (string, error) {
 	n.starts.Add(1)
 	n.wg.Add(1)
 	go func() {

@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -119,7 +122,7 @@ type dyingWarm struct {
 	died    atomic.Bool
 }
 
-func (d *dyingWarm) startWarm(ctx context.Context, cfg *config) (string, error) {
+func (d *dyingWarm) startWarm(ctx context.Context, cfg *config, direct bool) (string, error) {
 	if d.died.CompareAndSwap(false, true) {
 		p, _ := d.n.plugin()
 		err := p.mgr.Update(ctx, func(st *alloc.State) (bool, error) {
@@ -131,7 +134,7 @@ func (d *dyingWarm) startWarm(ctx context.Context, cfg *config) (string, error) 
 		})
 		return "a pass that dies", err
 	}
-	return d.n.startWarm(ctx, cfg)
+	return d.n.startWarm(ctx, cfg, direct)
 }
 
 // TestDryPoolWarmKilledMidPass: the pass an ADD started is killed after it
@@ -151,5 +154,73 @@ func TestDryPoolWarmKilledMidPass(t *testing.T) {
 	p.source = src
 	if _, err := p.add(context.Background(), att("survivor")); err != nil {
 		t.Fatalf("ADD whose warm pass was killed: %v", err)
+	}
+}
+
+// lostUnit is systemd whose unit accepts every start and runs nothing (its
+// start limit hit, its ConditionPathExists failing): `systemctl start
+// --no-block` succeeds all the same. Only a process of its own runs a pass.
+type lostUnit struct {
+	n      *dryNode
+	viaSD  atomic.Int32
+	direct atomic.Int32
+}
+
+func (l *lostUnit) startWarm(ctx context.Context, cfg *config, direct bool) (string, error) {
+	if !direct {
+		l.viaSD.Add(1)
+		return "systemd unit " + warmUnit, nil
+	}
+	l.direct.Add(1)
+	return l.n.startWarm(ctx, cfg, direct)
+}
+
+// TestDryPoolUnitStartRunsNothing: the start through systemd ran no pass;
+// the next start (at the waiter's next look) is a process of its own, and
+// the ADD gets its address within its wait.
+func TestDryPoolUnitStartRunsNothing(t *testing.T) {
+	n := newDryNode(t, "t3.medium", `,"addWaitSeconds":12`)
+	p, _ := n.plugin()
+	src := p.source.(ec2Source)
+	lu := &lostUnit{n: n}
+	src.warm = lu
+	p.source = src
+	if _, err := p.add(context.Background(), att("x")); err != nil {
+		t.Fatalf("ADD after a start that ran nothing: %v", err)
+	}
+	if lu.viaSD.Load() != 1 || lu.direct.Load() != 1 {
+		t.Errorf("starts through systemd %d, direct %d; want 1 and 1", lu.viaSD.Load(), lu.direct.Load())
+	}
+}
+
+// TestNodeWarmDirect: direct starts bypass an installed, serving unit.
+func TestNodeWarmDirect(t *testing.T) {
+	root := t.TempDir()
+	called := filepath.Join(root, "systemctl-called")
+	systemctl := filepath.Join(root, "systemctl")
+	if err := os.WriteFile(systemctl, []byte("#!/bin/sh\necho \"$@\" >> "+called+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n := nodeWarm{systemdRun: filepath.Join(root, "run"), unitDirs: []string{filepath.Join(root, "units")},
+		confDir: filepath.Join(root, "net.d"), systemctl: systemctl}
+	var spawned int
+	n.spawn = func(*config) (string, error) { spawned++; return "process 1", nil }
+	for _, d := range []string{n.systemdRun, n.unitDirs[0], n.confDir} {
+		os.MkdirAll(d, 0o755)
+	}
+	os.WriteFile(filepath.Join(n.unitDirs[0], warmUnit), []byte("[Service]\n"), 0o644)
+	os.WriteFile(filepath.Join(n.confDir, "05-pods.conflist"), []byte(`{"cniVersion":"1.0.0","name":"pods","plugins":[{"type":"eni-cni"}]}`), 0o644)
+	cfg, err := parseConfig([]byte(`{"cniVersion":"1.0.0","name":"pods","stateDir":"/var/lib/eni-cni"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if how, err := n.startWarm(context.Background(), cfg, false); err != nil || !strings.Contains(how, "systemd") || spawned != 0 {
+		t.Fatalf("first start: %q %v, %d spawned", how, err, spawned)
+	}
+	if how, err := n.startWarm(context.Background(), cfg, true); err != nil || spawned != 1 || !strings.Contains(how, "process") {
+		t.Fatalf("direct start: %q %v, %d spawned", how, err, spawned)
+	}
+	if b, _ := os.ReadFile(called); strings.Count(string(b), "\n") != 1 {
+		t.Errorf("systemctl called %q, want once", b)
 	}
 }

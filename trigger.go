@@ -16,9 +16,11 @@ import (
 // warmStarter starts one `eni-cni warm` pass for the configuration and
 // returns without waiting for it. It says how, for messages and the log.
 // Two starts at once make one pass: warm takes warm.lock, and a pass that
-// finds it taken exits at once.
+// finds it taken exits at once. direct asks for a process of its own even
+// where systemd would start it (the last start through systemd ran
+// nothing).
 type warmStarter interface {
-	startWarm(ctx context.Context, cfg *config) (how string, err error)
+	startWarm(ctx context.Context, cfg *config, direct bool) (how string, err error)
 }
 
 // Names of the timer's unit and of the files a started pass uses.
@@ -38,6 +40,7 @@ type nodeWarm struct {
 	unitDirs   []string // where an installed unit may be
 	confDir    string   // where the unit's `eni-cni warm` finds its configuration
 	systemctl  string
+	spawn      func(cfg *config) (string, error) // nil: spawnWarm
 }
 
 func newNodeWarm() nodeWarm {
@@ -49,8 +52,16 @@ func newNodeWarm() nodeWarm {
 	}
 }
 
-func (n nodeWarm) startWarm(ctx context.Context, cfg *config) (string, error) {
+func (n nodeWarm) startWarm(ctx context.Context, cfg *config, direct bool) (string, error) {
 	var unitErr error
+	spawn := n.spawn
+	if spawn == nil {
+		spawn = spawnWarm
+	}
+	if direct {
+		how, err := spawn(cfg)
+		return how + " (the last start ran no pass)", err
+	}
 	if n.unitServes(cfg) {
 		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
@@ -62,7 +73,7 @@ func (n nodeWarm) startWarm(ctx context.Context, cfg *config) (string, error) {
 		}
 		unitErr = fmt.Errorf("systemctl start %s: %v: %s", warmUnit, err, strings.TrimSpace(string(out)))
 	}
-	how, err := spawnWarm(cfg)
+	how, err := spawn(cfg)
 	if unitErr != nil {
 		how = how + " (" + unitErr.Error() + ")"
 	}
