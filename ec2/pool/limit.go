@@ -13,16 +13,28 @@ func (l Limits) ENILimit(maxENIs int) int {
 	return max(l.MaxENIs, 0)
 }
 
-// AtHardLimit reports whether the node can get no more addresses from EC2:
-// every ENI the instance type and maxENIs allow is attached and every one
-// holds all the addresses (or prefixes) its type allows. Unknown limits are
+// AtHardLimit reports whether the node can get no more addresses from EC2,
+// as warm sees it: every ENI the instance type and maxENIs allow is
+// attached on network card 0 (warm creates ENIs only there; ENIs on other
+// cards are someone else's and use up none of those), and every ENI warm
+// may fill holds all the addresses (or prefixes) its type allows (an
+// unmanaged ENI's free slots are not warm's to fill). Unknown limits are
 // never a hard limit.
 func (s *EC2) AtHardLimit(maxENIs int) bool {
-	if s == nil || s.Limits == nil || len(s.ENIs) == 0 || len(s.ENIs) < s.Limits.ENILimit(maxENIs) {
+	if s == nil || s.Limits == nil || len(s.ENIs) == 0 {
+		return false
+	}
+	onCard0 := 0
+	for _, e := range s.ENIs {
+		if e.NetworkCard == 0 {
+			onCard0++
+		}
+	}
+	if onCard0 < s.Limits.ENILimit(maxENIs) {
 		return false
 	}
 	for _, e := range s.ENIs {
-		if e.Secondary+len(e.Prefixes) < s.Limits.Slots() {
+		if !e.Unmanaged && e.Secondary+len(e.Prefixes) < s.Limits.Slots() {
 			return false
 		}
 	}

@@ -54,3 +54,24 @@ func TestAtHardLimit(t *testing.T) {
 		t.Errorf("m5.xlarge pod addresses %d, want 56", got)
 	}
 }
+
+// TestAtHardLimitAsWarmSees: the hard limit is what warm cannot get past:
+// ENIs on other network cards (someone else's, see canCreate) do not use
+// up the card-0 ENIs warm may still create, and an unmanaged ENI's free
+// slots are no room warm may fill.
+func TestAtHardLimitAsWarmSees(t *testing.T) {
+	l := &Limits{MaxENIs: 3, IPv4PerENI: 6}
+	s := &EC2{Limits: l, ENIs: []ENI{
+		{ID: "eni-a", DeviceNumber: 0, Secondary: 5},
+		{ID: "eni-b", DeviceNumber: 1, Secondary: 5},
+		{ID: "eni-efa", NetworkCard: 1, DeviceNumber: 0, Secondary: 5, Unmanaged: true},
+	}}
+	if s.AtHardLimit(0) {
+		t.Error("2 of 3 card-0 ENIs and one on card 1: at the hard limit, but warm can create a third")
+	}
+	s.ENIs = append(s.ENIs, ENI{ID: "eni-c", DeviceNumber: 2, Secondary: 5})
+	s.ENIs[2].Secondary = 1
+	if !s.AtHardLimit(0) {
+		t.Error("3 full card-0 ENIs, an unmanaged one with room: not at the hard limit, but warm can add nothing")
+	}
+}
