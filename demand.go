@@ -20,6 +20,9 @@ const (
 	// this often even if no wake-up comes (a lost event, a pass by an
 	// older binary).
 	recheckEvery = 5 * time.Second
+	// pollEvery: how often a waiter that cannot watch the state
+	// directory looks at the store.
+	pollEvery = time.Second
 	// triggerTimeout: a start that has not become a running pass by then
 	// is tried again.
 	triggerTimeout = 5 * time.Second
@@ -64,6 +67,7 @@ type waitResult struct {
 	waited          time.Duration
 	trigger         string // how the warm pass was started, if this ADD started one
 	err             error  // starting it failed
+	watchErr        error  // the wake-up watch failed: the waiter polled
 }
 
 // attrsIf is attrs when the ADD found the pool dry (w is its watch).
@@ -81,6 +85,9 @@ func (r waitResult) attrs() []any {
 	}
 	if r.err != nil {
 		a = append(a, "warmErr", r.err.Error())
+	}
+	if r.watchErr != nil {
+		a = append(a, "watchErr", r.watchErr.Error())
 	}
 	return a
 }
@@ -150,10 +157,11 @@ func (s ec2Source) allocate(ctx context.Context, req alloc.Request) (alloc.Alloc
 			}
 			if w == nil {
 				// Before the demand is recorded, so that no wake-up
-				// between this look and the sleep is lost.
-				var err error
-				if w, err = s.mgr.Watch(); err != nil {
-					return false, err
+				// between this look and the sleep is lost. Without a
+				// watch (no inotify instance left) the waiter looks on
+				// its own, every pollEvery.
+				if w, res.watchErr = s.mgr.Watch(); res.watchErr != nil {
+					w = alloc.PollWatcher{Every: pollEvery}
 				}
 			}
 			st, changed = s.look(state, req, allocErr, first, mine == nil, start, until, res)

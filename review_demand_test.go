@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2/pool"
@@ -222,5 +225,26 @@ func TestNodeWarmDirect(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(called); strings.Count(string(b), "\n") != 1 {
 		t.Errorf("systemctl called %q, want once", b)
+	}
+}
+
+// noInotify is the node's store when inotify is out of instances
+// (fs.inotify.max_user_instances, 128 by default, is shared by every root
+// process: kubelet, containerd, systemd).
+type noInotify struct{ *alloc.DiskStore }
+
+func (noInotify) Watch() (alloc.Watcher, error) {
+	return nil, fmt.Errorf("inotify: %w", unix.EMFILE)
+}
+
+// TestDryPoolWaitsWithoutInotify: a waiting ADD that cannot watch the
+// state directory still waits, looking again on its own, instead of
+// failing for a wake-up mechanism.
+func TestDryPoolWaitsWithoutInotify(t *testing.T) {
+	n := newDryNode(t, "t3.medium", `,"addWaitSeconds":15`)
+	p, _ := n.plugin()
+	p.mgr.Store = noInotify{p.mgr.Store.(*alloc.DiskStore)}
+	if _, err := p.add(context.Background(), att("x")); err != nil {
+		t.Fatalf("ADD on a dry pool without inotify: %v", err)
 	}
 }

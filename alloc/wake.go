@@ -231,3 +231,23 @@ func (mw *memWatcher) Wait(ctx context.Context, d time.Duration) (bool, error) {
 }
 
 func (mw *memWatcher) Close() error { return nil }
+
+// PollWatcher is the watcher of a waiter that cannot be woken (inotify
+// out of instances: fs.inotify.max_user_instances is shared by every
+// process of the user). Its Wait sleeps at most Every and reports a
+// possible wake-up, so that the waiter looks again on its own.
+type PollWatcher struct{ Every time.Duration }
+
+func (p PollWatcher) Wait(ctx context.Context, d time.Duration) (bool, error) {
+	woken := d > p.Every
+	t := time.NewTimer(min(d, p.Every))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return woken, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+func (PollWatcher) Close() error { return nil }
