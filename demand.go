@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -369,13 +371,28 @@ func nextLook(st *alloc.State, now, until time.Time) time.Time {
 	return next
 }
 
-// processAlive reports whether process pid exists (kill(pid, 0)): EPERM
-// means it does, ESRCH that it is gone.
+// processAlive reports whether process pid runs: it exists (kill(pid, 0):
+// EPERM means it does, ESRCH that it is gone) and is not a zombie (a pass
+// killed while its parent, the ADD that started it, has not reaped it).
 func (s ec2Source) processAlive(pid int) bool {
 	if s.alive != nil {
 		return s.alive(pid)
 	}
-	return !errors.Is(unix.Kill(pid, 0), unix.ESRCH)
+	if errors.Is(unix.Kill(pid, 0), unix.ESRCH) {
+		return false
+	}
+	return !zombie(pid)
+}
+
+// zombie reports whether /proc says pid has exited and awaits its reaping.
+func zombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// "pid (comm) S ...": comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
 }
 
 func (s ec2Source) clock() time.Time {

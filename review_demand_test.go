@@ -248,3 +248,29 @@ func TestDryPoolWaitsWithoutInotify(t *testing.T) {
 		t.Fatalf("ADD on a dry pool without inotify: %v", err)
 	}
 }
+
+// TestProcessAliveZombie: a pass killed but not yet reaped by its parent
+// (the ADD that started it) is not running.
+func TestProcessAliveZombie(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	var s ec2Source
+	if !s.processAlive(pid) {
+		t.Error("a running process is not alive")
+	}
+	cmd.Process.Kill()
+	deadline := time.Now().Add(5 * time.Second)
+	for !zombie(pid) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s.processAlive(pid) {
+		t.Error("a killed, unreaped process is alive")
+	}
+	cmd.Wait()
+	if s.processAlive(pid) {
+		t.Error("a reaped process is alive")
+	}
+}

@@ -133,9 +133,10 @@ func spawnWarm(cfg *config) (string, error) {
 		return "", fmt.Errorf("start eni-cni warm: %w", err)
 	}
 	pid := cmd.Process.Pid
-	// Not waited for: it is reaped by whoever inherits it when this short
-	// process exits.
-	_ = cmd.Process.Release()
+	// Not waited for by the ADD, but reaped if it ends while the ADD still
+	// waits: a zombie would look like a pass still running (see
+	// processAlive). When the ADD ends first, whoever inherits it reaps it.
+	go cmd.Wait() //nolint:errcheck // its outcome is in the store and its log
 	return fmt.Sprintf("process %d (eni-cni warm --config %s)", pid, confPath), nil
 }
 
