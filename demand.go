@@ -269,9 +269,13 @@ func (s ec2Source) hopeless(st *alloc.State, src *pool.EC2, now, start, until ti
 	if lp == nil {
 		return ""
 	}
-	ended := lp.At.After(start) // a pass that ended while this ADD waited
+	// A pass that ended while this ADD waited. An outcome stamped after
+	// now is from before a backward step of the wall clock: neither ended
+	// meanwhile nor fresh, however long the step.
+	future := lp.At.After(now)
+	ended := lp.At.After(start) && !future
 	switch {
-	case lp.Failed() && (ended || (first && now.Sub(lp.At) < failFresh)):
+	case lp.Failed() && (ended || (first && !future && now.Sub(lp.At) < failFresh)):
 		return fmt.Sprintf("the warm pass of %s failed (%s); eni-cni warm retries on its timer", lp.At.Local().Format(time.TimeOnly), lp.Describe())
 	case lp.Result == pool.PassInstanceLimit && ended && !coolingEndsBy(st, now, until):
 		return "warm could add no address: " + lp.Describe()

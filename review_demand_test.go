@@ -274,3 +274,23 @@ func TestProcessAliveZombie(t *testing.T) {
 		t.Error("a reaped process is alive")
 	}
 }
+
+// TestDryPoolFailedPassFromTheFuture: the wall clock was stepped back
+// after a warm pass failed, so its outcome is stamped "later" than now.
+// It is not a fresh failure: the ADD starts a pass and gets its address
+// rather than failing at once, for as long as the step, with the old
+// reason.
+func TestDryPoolFailedPassFromTheFuture(t *testing.T) {
+	n := newDryNode(t, "t3.medium", `,"addWaitSeconds":15`)
+	p, _ := n.plugin()
+	err := p.mgr.Update(context.Background(), func(st *alloc.State) (bool, error) {
+		st.EC2 = &pool.EC2{LastPass: &pool.PassOutcome{At: time.Now().Add(time.Hour).UTC(), Result: pool.PassThrottled}}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.add(context.Background(), att("x")); err != nil {
+		t.Fatalf("ADD after a backward clock step: %v", err)
+	}
+}
