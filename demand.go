@@ -309,6 +309,14 @@ func (s ec2Source) timedOut(src *pool.EC2, start time.Time, res waitResult) stri
 	if lp := src.LastPass; lp != nil && lp.At.After(start) {
 		return msg + "; its last pass ended " + lp.Describe() + " but left no address for this pod (other pods took them)"
 	}
+	if src.PassPID > 0 && !src.PassStartedAt.IsZero() {
+		state := "still runs"
+		if !s.processAlive(src.PassPID) {
+			state = "died without an outcome"
+		}
+		return msg + fmt.Sprintf("; the pass that began at %s (pid %d) %s: check `eni-cni warm` and its log",
+			src.PassStartedAt.Local().Format(time.TimeOnly), src.PassPID, state)
+	}
 	return msg + "; no pass finished meanwhile: check `eni-cni warm` and its log"
 }
 

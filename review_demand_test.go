@@ -294,3 +294,18 @@ func TestDryPoolFailedPassFromTheFuture(t *testing.T) {
 		t.Fatalf("ADD after a backward clock step: %v", err)
 	}
 }
+
+// TestDryPoolWaitEndsWhilePassRuns: the wait ends while the pass started
+// for it still runs (EC2 slow, an ENI link slow to appear): the message
+// says so, and which process, rather than that no pass finished.
+func TestDryPoolWaitEndsWhilePassRuns(t *testing.T) {
+	n := newDryNode(t, "t3.medium", `,"addWaitSeconds":1`)
+	n.fake.SetLatency("DescribeInstanceTypes", 3*time.Second)
+	p, _ := n.plugin()
+	_, err := p.add(context.Background(), att("slow"))
+	ce := toCNIError(err)
+	want := fmt.Sprintf("(pid %d) still runs", os.Getpid())
+	if ce == nil || !strings.Contains(ce.Msg, want) {
+		t.Errorf("error %v, want it to say %q", err, want)
+	}
+}
