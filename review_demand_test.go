@@ -309,3 +309,26 @@ func TestDryPoolWaitEndsWhilePassRuns(t *testing.T) {
 		t.Errorf("error %v, want it to say %q", err, want)
 	}
 }
+
+// TestDryPoolOneDemandPerAttachment: an ADD of an attachment whose earlier
+// ADD was killed while waiting (its demand still in force) replaces that
+// demand rather than adding a second: warm sizes for one pod, and nothing
+// of either is left once the ADD has its address.
+func TestDryPoolOneDemandPerAttachment(t *testing.T) {
+	n := newDryNode(t, "t3.medium", `,"addWaitSeconds":15`)
+	p, _ := n.plugin()
+	k := alloc.Key{Network: "pods", ContainerID: "again", IfName: "eth0"}
+	now := time.Now().UTC()
+	if err := p.mgr.Update(context.Background(), func(st *alloc.State) (bool, error) {
+		st.Demands = append(st.Demands, alloc.Demand{Key: k, Since: now, Until: now.Add(15 * time.Second)})
+		return true, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.add(context.Background(), att("again")); err != nil {
+		t.Fatal(err)
+	}
+	if d := n.state().Demands; len(d) != 0 {
+		t.Errorf("demands left after the ADD got its address: %+v", d)
+	}
+}
