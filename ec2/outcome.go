@@ -14,10 +14,6 @@ import (
 	"github.com/eni-cni/eni-cni/ec2/pool"
 )
 
-// maxOutcomeMessage bounds the error text kept with an outcome: it ends up
-// in a pod's event, and SDK errors can be long.
-const maxOutcomeMessage = 400
-
 // markStarted records that a pass with ADDs waiting for it has begun, so
 // they do not start another meanwhile. Nothing is written when nobody
 // waits: a quiet node's passes write nothing.
@@ -41,9 +37,7 @@ func (w *Warmer) recordOutcome(ctx context.Context, short bool, passErr error) e
 	o := pool.PassOutcome{At: now.UTC(), Result: classify(short, passErr)}
 	if passErr != nil {
 		o.Message = passErr.Error()
-		if len(o.Message) > maxOutcomeMessage {
-			o.Message = o.Message[:maxOutcomeMessage] + "…"
-		}
+		o.Message = pool.TruncateOutcome(o.Message)
 	}
 	saved := false
 	// Recorded even when the pass ran out of time: waiters need it most

@@ -1,6 +1,9 @@
 package pool
 
-import "time"
+import (
+	"time"
+	"unicode/utf8"
+)
 
 // Results of a warm pass, as PassOutcome.Result: what an ADD waiting on a
 // dry pool reports when it gets no address.
@@ -12,6 +15,24 @@ const (
 	PassInstanceLimit = "instance-limit" // every ENI the type and maxENIs allow is full
 	PassFailed        = "failed"         // anything else; Message says what
 )
+
+// MaxOutcomeMessage bounds the error text kept with an outcome: it ends up
+// in the CNI error of every waiting ADD, and so in the pod's events. It is
+// applied when the outcome is recorded and again when it is read, so a
+// hostile or hand-edited store cannot put megabytes into an error.
+const MaxOutcomeMessage = 400
+
+// TruncateOutcome cuts msg to MaxOutcomeMessage bytes, on a rune boundary.
+func TruncateOutcome(msg string) string {
+	if len(msg) <= MaxOutcomeMessage {
+		return msg
+	}
+	cut := MaxOutcomeMessage
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "…"
+}
 
 // PassOutcome is how the last warm pass ended.
 type PassOutcome struct {
@@ -43,7 +64,7 @@ func (o *PassOutcome) Describe() string {
 		what = o.Result
 	}
 	if o.Message != "" {
-		return what + ": " + o.Message
+		return what + ": " + TruncateOutcome(o.Message)
 	}
 	return what
 }

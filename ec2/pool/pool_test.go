@@ -2,7 +2,9 @@ package pool
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestRegion(t *testing.T) {
@@ -73,5 +75,15 @@ func TestAtHardLimitAsWarmSees(t *testing.T) {
 	s.ENIs[2].Secondary = 1
 	if !s.AtHardLimit(0) {
 		t.Error("3 full card-0 ENIs, an unmanaged one with room: not at the hard limit, but warm can add nothing")
+	}
+}
+
+// A store's outcome message is bounded when read: a hostile or hand-edited
+// state.json cannot put megabytes into every waiting ADD's error.
+func TestOutcomeMessageBoundedWhenRead(t *testing.T) {
+	o := &PassOutcome{Result: PassFailed, Message: strings.Repeat("é", 1<<20)}
+	d := o.Describe()
+	if len(d) > MaxOutcomeMessage+64 || !utf8.ValidString(d) {
+		t.Fatalf("described outcome is %d bytes (valid UTF-8: %v)", len(d), utf8.ValidString(d))
 	}
 }
