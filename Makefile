@@ -7,7 +7,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 # Where scripts/install-test-deps.sh puts reference plugins, crictl, etc.
 export ENI_CNI_TOOLS ?= /opt/eni-cni-test
 
-.PHONY: build demo test test-unit test-privileged test-e2e test-kubelet test-daemonset deps lint bench install uninstall image clean stress fuzz
+.PHONY: build demo test test-unit test-privileged test-e2e test-kubelet test-daemonset test-kubeadm deps-kubeadm deps lint bench install uninstall image clean stress fuzz
 
 # The shipped binary is the lean build (CNI verbs without grpc and the AWS
 # SDK) with the full build embedded for gc, warm and IMDS reads (lean.go).
@@ -55,6 +55,17 @@ test-daemonset: build
 # skips the ec2 phase; KUBELET_EC2_POOL=dry tests ADD on a dry ec2 pool.
 test-kubelet: build
 	bash scripts/e2e/kubelet.sh --phases "$(or $(KUBELET_PHASES),static ec2)" $(CURDIR)/$(BIN)
+
+# The README's kubeadm quick start, for real: kubeadm init (images built
+# offline), eni-cni install, node Ready, kubectl run/delete, kubeadm reset, in
+# private mount and network namespaces. Builds kubeadm, the control plane and
+# etcd once (deps-kubeadm: 15-40 min on an empty cache; then nothing); the
+# run itself takes 1-3 min. Not part of `make test`.
+deps-kubeadm:
+	bash scripts/install-test-deps.sh --with-kubeadm
+
+test-kubeadm: build deps-kubeadm
+	bash scripts/e2e/kubeadm.sh $(CURDIR)/$(BIN)
 
 test: deps lint build
 	ENI_CNI_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -race -timeout 30m ./...

@@ -4,7 +4,7 @@
 # version is skipped. Quiet unless something fails; prints one line per thing
 # it installs, with how long it took.
 #
-# Usage: scripts/install-test-deps.sh [--with-containerd2] [--with-kubelet] [--tools DIR] [--no-apt] [-v]
+# Usage: scripts/install-test-deps.sh [--with-containerd2] [--with-kubelet] [--with-kubeadm] [--tools DIR] [--no-apt] [-v]
 #
 #   --with-containerd2  also build containerd v2 (containerd, ctr,
 #                       containerd-shim-runc-v2) into $TOOLS/containerd2/bin
@@ -12,12 +12,19 @@
 #   --with-kubelet      also build kubelet v1.34.2 from the module proxy into
 #                       $TOOLS/kubelet-v1.34.2/kubelet (6-20 min once; then
 #                       cached: same as ENI_CNI_KUBELET=1)
+#   --with-kubeadm      also kubelet, and build kubeadm, kubectl, kube-apiserver,
+#                       kube-controller-manager, kube-scheduler, kube-proxy
+#                       (k8s.io/kubernetes v1.34.2, as kubelet), etcd v3.6.5 and
+#                       CoreDNS v1.12.1 from the module proxy, and pack their
+#                       images offline (scripts/e2e/kubeadm.sh; same as
+#                       ENI_CNI_KUBEADM=1). Once: 15-40 min on top of kubelet's
+#                       build cache; then cached (a second run: seconds)
 #   --tools DIR         tools root (same as ENI_CNI_TOOLS; default /opt/eni-cni-test)
 #   --no-apt            do not check or install Debian packages (ENI_CNI_SKIP_APT=1)
 #   --check-runtime     only say whether a containerd or runc other than Debian's
 #                       is here (exit 1, with what and why, if so); installs nothing
 #   -v, --verbose       show build output as it happens
-# Env: ENI_CNI_TOOLS, ENI_CNI_CONTAINERD2=1, ENI_CNI_KUBELET=1, ENI_CNI_SKIP_APT=1 (as above);
+# Env: ENI_CNI_TOOLS, ENI_CNI_CONTAINERD2=1, ENI_CNI_KUBELET=1, ENI_CNI_KUBEADM=1, ENI_CNI_SKIP_APT=1 (as above);
 #   ENI_CNI_FORCE_WRAPPER=1 builds Go tools through a throwaway wrapper module
 #   (go get mod@version + go build -mod=mod) without trying "go install" first.
 #
@@ -28,6 +35,12 @@
 #   $TOOLS/pause.tar                               docker-archive, tag localhost/eni-cni/pause:test
 #   $TOOLS/containerd2/bin/...                     with --with-containerd2
 #   $TOOLS/kubelet-v1.34.2/kubelet (+ kubelet.stamp)  with --with-kubelet
+#   $TOOLS/kubeadm-v1.34.2/bin/{kubeadm,kubectl,kube-*,etcd,coredns,pause,web}
+#   $TOOLS/kubeadm-v1.34.2/images.tar (+ images.stamp)  with --with-kubeadm: one
+#       docker-archive, tags localhost/eni-cni-kubeadm/<kubeadm's image>:<its tag>
+#       (kubeadm's imageRepository: localhost/eni-cni-kubeadm) and
+#       localhost/eni-cni/web:test (scripts/web); kube-proxy's image carries
+#       this machine's iptables (Debian's, nft backend) and its libraries
 # plus apt: iproute2 iptables iputils-ping jq curl containerd runc time, each
 # only if missing. A container runtime that Debian's containerd/runc packages
 # would replace or shadow (Docker's containerd.io, a hand-installed binary) is
@@ -58,6 +71,7 @@ RUNTIME_PACKAGES=(containerd runc)
 TOOLS=${ENI_CNI_TOOLS:-/opt/eni-cni-test}
 WITH_CONTAINERD2=${ENI_CNI_CONTAINERD2:-0}
 WITH_KUBELET=${ENI_CNI_KUBELET:-0}
+WITH_KUBEADM=${ENI_CNI_KUBEADM:-0}
 SKIP_APT=${ENI_CNI_SKIP_APT:-0}
 VERBOSE=0
 CHECK_ONLY=0
@@ -68,6 +82,7 @@ while [ $# -gt 0 ]; do
 	case $1 in
 	--with-containerd2) WITH_CONTAINERD2=1 ;;
 	--with-kubelet) WITH_KUBELET=1 ;;
+	--with-kubeadm) WITH_KUBEADM=1 ;;
 	--tools) TOOLS=$2; shift ;;
 	--tools=*) TOOLS=${1#--tools=} ;;
 	--no-apt) SKIP_APT=1 ;;
@@ -359,15 +374,12 @@ kubelet_from_recipe() {
 		END { exit !(path && dep) }'
 }
 
-# build_kubelet: the recipe of notes/e2e-environment.md. The module is
-# copied out of the module cache, its vendor/ and go.work dropped, and each
+# kube_copy_module DST: k8s.io/kubernetes@$KUBE_VER copied out of the module
+# cache into DST, writable, its vendor/ and go.work dropped, and each
 # "k8s.io/<x> => ./staging/src/k8s.io/<x>" replace pointed at the published
 # k8s.io/<x> module of the same release.
-build_kubelet() {
-	local src dst=$WORK/kubernetes n pkg=k8s.io/component-base/version major minor
-	major=${KUBE_VER#v}
-	minor=${major#*.}
-	major=${major%%.*} minor=${minor%%.*}
+kube_copy_module() {
+	local src dst=$1 n
 	src=$(go mod download -json "$KUBE_MOD@$KUBE_VER" | jq -r '.Dir // empty')
 	if [ -z "$src" ] || [ ! -d "$src" ]; then echo "go mod download $KUBE_MOD@$KUBE_VER gave no Dir" >&2; return 1; fi
 	cp -r "$src" "$dst"
@@ -380,10 +392,27 @@ build_kubelet() {
 		grep 'staging/src' "$dst/go.mod" >&2
 		return 1
 	fi
-	mkdir -p "$KUBELET_DIR"
-	(cd "$dst" && GOWORK=off CGO_ENABLED=0 go build -mod=mod -trimpath \
+}
+
+# kube_go_build MODDIR OUT PKG: one command of that copy, static, with the
+# version stamped as the release build does (same flags for every command:
+# they share the build cache).
+kube_go_build() {
+	local pkg=k8s.io/component-base/version major minor
+	major=${KUBE_VER#v}
+	minor=${major#*.}
+	major=${major%%.*} minor=${minor%%.*}
+	(cd "$1" && GOWORK=off CGO_ENABLED=0 go build -mod=mod -trimpath \
 		-ldflags "-s -w -X $pkg.gitVersion=$KUBE_VER -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean" \
-		-o "$KUBELET_DIR/kubelet.new" ./cmd/kubelet)
+		-o "$2" "$3")
+}
+
+# build_kubelet: the recipe of notes/e2e-environment.md.
+build_kubelet() {
+	local dst=$WORK/kubernetes
+	kube_copy_module "$dst" || return 1
+	mkdir -p "$KUBELET_DIR"
+	kube_go_build "$dst" "$KUBELET_DIR/kubelet.new" ./cmd/kubelet
 	"$KUBELET_DIR/kubelet.new" --version
 	kubelet_from_recipe "$KUBELET_DIR/kubelet.new" || { echo "the new kubelet does not show the recipe's build info" >&2; return 1; }
 	mv "$KUBELET_DIR/kubelet.new" "$KUBELET_DIR/kubelet"
@@ -403,6 +432,187 @@ install_kubelet() {
 	run_step "kubelet $KUBE_VER -> $bin" build_kubelet
 }
 
+# ---------------------------------------------------------------- kubeadm
+# A kubeadm control plane without a registry: kubeadm, kubectl and the
+# control-plane commands from the same k8s.io/kubernetes copy as kubelet, etcd
+# from the module proxy, and their images packed offline into one
+# docker-archive under $KUBEADM_REPO (kubeadm's imageRepository), with the
+# tags `kubeadm config images list` names.
+KUBEADM_DIR=$TOOLS/kubeadm-$KUBE_VER
+KUBEADM_CMDS=(kubeadm kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy)
+ETCD_MOD=go.etcd.io/etcd/server/v3
+ETCD_VER=v3.6.5         # kubeadm 1.34: constants.SupportedEtcdVersion[34] = "3.6.5-0"
+ETCD_TAG=3.6.5-0
+COREDNS_MOD=github.com/coredns/coredns
+COREDNS_VER=v1.12.1     # kubeadm 1.34: constants.CoreDNSVersion
+KUBEADM_PAUSE_TAG=3.10.1 # kubeadm 1.34: constants.PauseVersion
+KUBEADM_REPO=localhost/eni-cni-kubeadm
+WEB_TAG=localhost/eni-cni/web:test
+
+# kube_cmd_from_recipe BIN CMD: BIN is k8s.io/kubernetes/cmd/CMD built with
+# the staging modules replaced by the published $KUBE_STAGING_VER ones.
+kube_cmd_from_recipe() {
+	[ -x "$1" ] || return 1
+	go version -m "$1" 2>/dev/null | awk -v p="k8s.io/kubernetes/cmd/$2" -v v="$KUBE_STAGING_VER" '
+		$1 == "path" && $2 == p { path = 1 }
+		$1 == "=>" && $2 == "k8s.io/apimachinery" && $3 == v { dep = 1 }
+		END { exit !(path && dep) }'
+}
+
+build_kube_cmds() {
+	local dst=$WORK/kubernetes c
+	kube_copy_module "$dst" || return 1
+	mkdir -p "$KUBEADM_DIR/bin"
+	for c in "$@"; do
+		kube_go_build "$dst" "$KUBEADM_DIR/bin/$c.new" "./cmd/$c"
+		kube_cmd_from_recipe "$KUBEADM_DIR/bin/$c.new" "$c" || { echo "$c: not the recipe's build info" >&2; return 1; }
+		mv "$KUBEADM_DIR/bin/$c.new" "$KUBEADM_DIR/bin/$c"
+	done
+}
+
+# build_etcd: etcd's main package is the server module itself, whose go.mod
+# replaces its sibling modules by relative paths: go install refuses that, so
+# it is built as a dependency of a throwaway module (the replaces then do not
+# apply and the published siblings of the same version are used).
+build_etcd() {
+	local w=$WORK/etcd
+	mkdir -p "$w" "$KUBEADM_DIR/bin"
+	(cd "$w" && go mod init eni-cni-test-etcd-wrapper && go get "$ETCD_MOD@$ETCD_VER" &&
+		CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags '-s -w' -o "$KUBEADM_DIR/bin/etcd.new" "$ETCD_MOD")
+	"$KUBEADM_DIR/bin/etcd.new" --version
+	mv "$KUBEADM_DIR/bin/etcd.new" "$KUBEADM_DIR/bin/etcd"
+}
+
+# build_coredns: CoreDNS as a dependency of a throwaway module, like etcd.
+build_coredns() {
+	local w=$WORK/coredns
+	mkdir -p "$w" "$KUBEADM_DIR/bin"
+	(cd "$w" && go mod init eni-cni-test-coredns-wrapper && go get "$COREDNS_MOD@$COREDNS_VER" &&
+		CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags '-s -w' -o "$KUBEADM_DIR/bin/coredns.new" "$COREDNS_MOD")
+	"$KUBEADM_DIR/bin/coredns.new" -version
+	mv "$KUBEADM_DIR/bin/coredns.new" "$KUBEADM_DIR/bin/coredns"
+}
+
+# iptables_rootfs DIR: the host's iptables (Debian's package, nft backend)
+# copied into DIR with the libraries it loads, as the official kube-proxy
+# image carries its own: kube-proxy runs iptables-restore and iptables-save.
+iptables_rootfs() {
+	local d=$1 multi xdir f l x
+	multi=$(readlink -f "$(command -v xtables-nft-multi)")
+	xdir=$(dirname "$(readlink -f "$(ldd "$multi" | awk '$1 == "libxtables.so.12" { print $3 }')")")/xtables
+	[ -d "$xdir" ] || { echo "no xtables extension dir next to libxtables ($xdir)" >&2; return 1; }
+	mkdir -p "$d/usr/sbin" "$d/etc" "$d$xdir"
+	cp "$multi" "$d/usr/sbin/xtables-nft-multi"
+	for x in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore; do
+		ln -sf xtables-nft-multi "$d/usr/sbin/$x"
+	done
+	cp "$xdir"/*.so "$d$xdir/"
+	# The libraries of the binary and of every extension it may dlopen, and ld.so.
+	for l in $(for f in "$multi" "$xdir"/*.so; do ldd "$f"; done |
+		awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' | sort -u); do
+		mkdir -p "$d$(dirname "$l")"
+		cp -L "$l" "$d$l"
+	done
+	cp /etc/ld.so.cache "$d/etc/"
+	chroot "$d" /usr/sbin/iptables-save --version
+}
+
+# build_small_static NAME SRCDIR: a one-file static Go program of this
+# repository (scripts/pause, scripts/web), in its own throwaway module so
+# that it does not depend on the repository's go.mod.
+build_small_static() {
+	local w=$WORK/$1
+	mkdir -p "$w" "$KUBEADM_DIR/bin"
+	cp "$2/main.go" "$w/main.go"
+	(cd "$w" && go mod init "eni-cni-test-$1" >/dev/null 2>&1 &&
+		CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$KUBEADM_DIR/bin/$1" .)
+}
+
+# docker_archive OUT TAG=DIR:ENTRYPOINT...: one docker-archive tar holding an
+# image per argument, each one layer: DIR's files (root-owned, time 0), the
+# entrypoint and a PATH. Reproducible, like the pause image above.
+docker_archive() {
+	local out=$1 w=$WORK/images a tag dir entry layer_sha config_sha arch manifest='[]'
+	shift
+	arch=$(go env GOARCH)
+	rm -rf "$w" && mkdir -p "$w/img"
+	for a in "$@"; do
+		tag=${a%%=*} dir=${a#*=}
+		entry=${dir#*:} dir=${dir%%:*}
+		tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 --format=posix \
+			--pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime \
+			-C "$dir" -cf "$w/layer.tar" .
+		layer_sha=$(sha256sum "$w/layer.tar" | cut -d' ' -f1)
+		mkdir -p "$w/img/$layer_sha"
+		mv "$w/layer.tar" "$w/img/$layer_sha/layer.tar"
+		jq -cn --arg arch "$arch" --arg diff "sha256:$layer_sha" --arg entry "$entry" '{
+			architecture: $arch, os: "linux", created: "1970-01-01T00:00:00Z",
+			config: { Entrypoint: [$entry], WorkingDir: "/",
+				Env: ["PATH=/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin"] },
+			rootfs: { type: "layers", diff_ids: [$diff] },
+			history: [ { created: "1970-01-01T00:00:00Z", created_by: "eni-cni scripts/install-test-deps.sh --with-kubeadm" } ]
+		}' >"$w/config.json"
+		config_sha=$(sha256sum "$w/config.json" | cut -d' ' -f1)
+		mv "$w/config.json" "$w/img/$config_sha.json"
+		manifest=$(jq -c --arg cfg "$config_sha.json" --arg tag "$tag" --arg layer "$layer_sha/layer.tar" \
+			'. + [ { Config: $cfg, RepoTags: [$tag], Layers: [$layer] } ]' <<<"$manifest")
+	done
+	printf '%s\n' "$manifest" >"$w/img/manifest.json"
+	tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$w/img" -cf "$out.new" .
+	mv "$out.new" "$out"
+}
+
+# kubeadm_images_stamp: the binaries and tags the archive is made of.
+kubeadm_images_stamp() {
+	{
+		(cd "$KUBEADM_DIR/bin" && sha256sum kube-apiserver kube-controller-manager kube-scheduler kube-proxy etcd coredns pause web)
+		sha256sum "$(readlink -f "$(command -v xtables-nft-multi)")"
+		echo "$KUBEADM_REPO $KUBE_VER $ETCD_TAG $COREDNS_VER $KUBEADM_PAUSE_TAG $WEB_TAG"
+	} | sha256sum | cut -d' ' -f1
+}
+
+build_kubeadm_images() {
+	local r=$WORK/rootfs c
+	for c in kube-apiserver kube-controller-manager kube-scheduler kube-proxy etcd; do
+		mkdir -p "$r/$c/usr/local/bin"
+		cp "$KUBEADM_DIR/bin/$c" "$r/$c/usr/local/bin/$c"
+	done
+	iptables_rootfs "$r/kube-proxy"
+	mkdir -p "$r/pause" "$r/web" "$r/coredns"
+	cp "$KUBEADM_DIR/bin/coredns" "$r/coredns/coredns"
+	cp "$KUBEADM_DIR/bin/pause" "$r/pause/pause"
+	cp "$KUBEADM_DIR/bin/web" "$r/web/web"
+	docker_archive "$KUBEADM_DIR/images.tar" \
+		"$KUBEADM_REPO/kube-apiserver:$KUBE_VER=$r/kube-apiserver:/usr/local/bin/kube-apiserver" \
+		"$KUBEADM_REPO/kube-controller-manager:$KUBE_VER=$r/kube-controller-manager:/usr/local/bin/kube-controller-manager" \
+		"$KUBEADM_REPO/kube-scheduler:$KUBE_VER=$r/kube-scheduler:/usr/local/bin/kube-scheduler" \
+		"$KUBEADM_REPO/kube-proxy:$KUBE_VER=$r/kube-proxy:/usr/local/bin/kube-proxy" \
+		"$KUBEADM_REPO/etcd:$ETCD_TAG=$r/etcd:/usr/local/bin/etcd" \
+		"$KUBEADM_REPO/coredns:$COREDNS_VER=$r/coredns:/coredns" \
+		"$KUBEADM_REPO/pause:$KUBEADM_PAUSE_TAG=$r/pause:/pause" \
+		"$WEB_TAG=$r/web:/web"
+	kubeadm_images_stamp >"$KUBEADM_DIR/images.stamp"
+}
+
+install_kubeadm() {
+	local c need=()
+	for c in "${KUBEADM_CMDS[@]}"; do
+		kube_cmd_from_recipe "$KUBEADM_DIR/bin/$c" "$c" || need+=("$c")
+	done
+	[ ${#need[@]} = 0 ] || run_step "${need[*]} $KUBE_VER -> $KUBEADM_DIR/bin" build_kube_cmds "${need[@]}"
+	has_go_mod "$KUBEADM_DIR/bin/etcd" "$ETCD_MOD" "$ETCD_VER" ||
+		run_step "etcd $ETCD_VER -> $KUBEADM_DIR/bin/etcd" build_etcd
+	has_go_mod "$KUBEADM_DIR/bin/coredns" "$COREDNS_MOD" "$COREDNS_VER" ||
+		run_step "coredns $COREDNS_VER -> $KUBEADM_DIR/bin/coredns" build_coredns
+	# Cheap (seconds): rebuilt every time, so that they follow the sources.
+	build_small_static pause "$REPO/scripts/pause" >"$LOG" 2>&1 || { cat "$LOG" >&2; exit 1; }
+	build_small_static web "$REPO/scripts/web" >"$LOG" 2>&1 || { cat "$LOG" >&2; exit 1; }
+	if [ -s "$KUBEADM_DIR/images.tar" ] && [ "$(cat "$KUBEADM_DIR/images.stamp" 2>/dev/null)" = "$(kubeadm_images_stamp)" ]; then
+		return 0
+	fi
+	run_step "kubeadm images ($KUBEADM_REPO/*, $WEB_TAG) -> $KUBEADM_DIR/images.tar" build_kubeadm_images
+}
+
 GOINSTALL_FLAGS=(-trimpath -ldflags=-s\ -w)
 
 command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
@@ -414,3 +624,4 @@ install_crictl
 install_pause
 case $WITH_CONTAINERD2 in 1 | true | yes) install_containerd2 ;; esac
 case $WITH_KUBELET in 1 | true | yes) install_kubelet ;; esac
+case $WITH_KUBEADM in 1 | true | yes) install_kubelet; install_kubeadm ;; esac
