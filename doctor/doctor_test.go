@@ -277,7 +277,11 @@ func TestTimers(t *testing.T) {
 
 	e.Root = tree(t, units)
 	rs = checkTimers(e)
+	want(t, rs[0], Warn, "has not run yet") // just installed: the first tick is to come
+	e.Now = now.Add(staleAfter + time.Minute)
+	rs = checkTimers(e)
 	want(t, rs[0], Fail, "never run")
+	e.Now = now
 
 	metrics.RecordRun(e.StateDir, metrics.RunUpdate{Job: "gc", Start: now.Add(-time.Minute), Duration: time.Second})
 	metrics.RecordRun(e.StateDir, metrics.RunUpdate{Job: "warm", Start: now.Add(-10 * time.Second), Err: errors.New("UnauthorizedOperation")})
@@ -295,6 +299,17 @@ func TestTimers(t *testing.T) {
 		t.Fatalf("static pool: %v", rs)
 	}
 	want(t, rs[0], OK, "/etc/cron.d/eni-cni")
+
+	// A cron file just installed on a node where gc never ran: pending, not
+	// failed (eni-cni install runs doctor right after installing it); an
+	// old one that never ran: failed.
+	e.StateDir = t.TempDir()
+	want(t, checkTimers(e)[0], Warn, "/etc/cron.d/eni-cni installed 0s ago; `eni-cni gc` has not run yet")
+	old := now.Add(-time.Hour)
+	if err := os.Chtimes(filepath.Join(e.Root, "etc/cron.d/eni-cni"), old, old); err != nil {
+		t.Fatal(err)
+	}
+	want(t, checkTimers(e)[0], Fail, "never run")
 }
 
 func TestKubeletMaxPods(t *testing.T) {

@@ -229,11 +229,16 @@ func checkTimers(e *Env) []Result {
 		name := "timer-" + job
 		unit := "eni-cni-" + job + ".timer"
 		var how string
+		var files []string // what installed the job: their age tells a fresh install
 		switch {
 		case e.unitInstalled(unit) && (e.unitRuns(unit) || e.unitEnabled(unit)):
 			how = unit
+			for _, d := range []string{"/etc/systemd/system", "/etc/systemd/system/timers.target.wants", "/usr/lib/systemd/system", "/lib/systemd/system"} {
+				files = append(files, d+"/"+unit)
+			}
 		case strings.Contains(string(cron), "eni-cni "+job) || strings.Contains(string(cron), "eni-cni\" "+job):
 			how = "/etc/cron.d/eni-cni"
+			files = []string{how}
 		default:
 			out = append(out, fail(name, "install and enable the timers: scripts/install.sh (systemctl enable --now "+unit+"), or the cron file where systemd does not run",
 				"neither %s nor /etc/cron.d/eni-cni runs `eni-cni %s`", unit, job))
@@ -245,6 +250,12 @@ func checkTimers(e *Env) []Result {
 		}
 		r := runs.Jobs[job]
 		switch {
+		case r == nil && e.Now.Sub(e.newestMtime(files)) < staleAfter:
+			// Just installed (eni-cni install runs doctor right away): the
+			// first tick is still to come. Not a failure yet.
+			age := max(e.Now.Sub(e.newestMtime(files)), 0)
+			out = append(out, warn(name, "run `eni-cni doctor` again in a minute or two",
+				"%s installed %s ago; `eni-cni %s` has not run yet", how, age.Round(time.Second), job))
 		case r == nil:
 			out = append(out, fail(name, "check the timer: systemctl status "+unit+" (or cron's log); run `eni-cni "+job+"` by hand to see its error",
 				"%s installed, but `eni-cni %s` has never run on this node", how, job))
@@ -259,6 +270,18 @@ func checkTimers(e *Env) []Result {
 		}
 	}
 	return out
+}
+
+// newestMtime is the latest modification time of those files that exist
+// (a link's own time, not its target's); zero when none does.
+func (e *Env) newestMtime(files []string) time.Time {
+	var t time.Time
+	for _, f := range files {
+		if fi, err := os.Lstat(e.path(f)); err == nil && fi.ModTime().After(t) {
+			t = fi.ModTime()
+		}
+	}
+	return t
 }
 
 // kubeletMaxPods finds kubelet's maxPods: --max-pods or --config of a

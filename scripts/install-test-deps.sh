@@ -35,7 +35,7 @@
 #   $TOOLS/pause.tar                               docker-archive, tag localhost/eni-cni/pause:test
 #   $TOOLS/containerd2/bin/...                     with --with-containerd2
 #   $TOOLS/kubelet-v1.34.2/kubelet (+ kubelet.stamp)  with --with-kubelet
-#   $TOOLS/kubeadm-v1.34.2/bin/{kubeadm,kubectl,kube-*,etcd,coredns,pause,web}
+#   $TOOLS/kubeadm-v1.34.2/bin/{kubeadm,kubectl,kubelet,kube-*,etcd,coredns,pause,web}
 #   $TOOLS/kubeadm-v1.34.2/images.tar (+ images.stamp)  with --with-kubeadm: one
 #       docker-archive, tags localhost/eni-cni-kubeadm/<kubeadm's image>:<its tag>
 #       (kubeadm's imageRepository: localhost/eni-cni-kubeadm) and
@@ -439,7 +439,10 @@ install_kubelet() {
 # docker-archive under $KUBEADM_REPO (kubeadm's imageRepository), with the
 # tags `kubeadm config images list` names.
 KUBEADM_DIR=$TOOLS/kubeadm-$KUBE_VER
-KUBEADM_CMDS=(kubeadm kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy)
+# kubelet again: kubeadm's preflight runs `kubelet --version` and needs the
+# release's version, which the version ldflags of kube_go_build stamp (a
+# kubelet built without them says v0.0.0-master); only the link is redone.
+KUBEADM_CMDS=(kubeadm kubectl kubelet kube-apiserver kube-controller-manager kube-scheduler kube-proxy)
 ETCD_MOD=go.etcd.io/etcd/server/v3
 ETCD_VER=v3.6.5         # kubeadm 1.34: constants.SupportedEtcdVersion[34] = "3.6.5-0"
 ETCD_TAG=3.6.5-0

@@ -56,6 +56,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ENI_BIN=$(realpath "${1:?usage: kubeadm.sh /path/to/eni-cni}")
 KUBE_VER=v1.34.2
 KADM_DIR=${KADM_DIR:-$E2E_TOOLS/kubeadm-$KUBE_VER}
+KL_BIN=$KADM_DIR/bin/kubelet           # reports v1.34.2, as kubeadm's preflight wants
 REPO=localhost/eni-cni-kubeadm         # kubeadm's imageRepository
 WEB_IMAGE=localhost/eni-cni/web:test   # the pod of `kubectl run`
 NODE=kadm-node
@@ -68,6 +69,11 @@ OVERLAYS=(/etc /var/lib /var/log /opt /usr/libexec /run)
 HOST_PATHS=(/etc/kubernetes /var/lib/kubelet /var/lib/etcd /etc/cni/net.d /opt/cni/bin
 	/var/lib/eni-cni /etc/cron.d/eni-cni /usr/libexec/kubernetes /var/log/pods /var/log/containers
 	/etc/crictl.yaml /root/.kube /run/xtables.lock)
+
+# Emptied in the overlays at the start: a new node has none of them.
+FRESH_PATHS=(/etc/kubernetes /var/lib/kubelet /var/lib/etcd /etc/cni/net.d /opt/cni/bin /var/lib/eni-cni
+	/var/lib/cni /etc/cron.d/eni-cni /usr/libexec/kubernetes /var/log/pods /var/log/containers
+	/etc/crictl.yaml /run/xtables.lock)
 
 say() { printf 'kubeadm-e2e: %s\n' "$*"; }
 CASE=setup CASE_T0=$EPOCHREALTIME
@@ -99,11 +105,10 @@ host_paths_state() {
 # The host's side: the lock, what must not change, the private namespaces.
 if [ "${KADM_INNER:-0}" != 1 ]; then
 	[ "$(id -u)" = 0 ] || { say "needs root" >&2; exit 1; }
-	for b in kubeadm kubectl kube-apiserver etcd images.tar; do
+	for b in kubeadm kubectl kubelet images.tar; do
 		[ -e "$KADM_DIR/bin/$b" ] || [ -e "$KADM_DIR/$b" ] ||
 			{ say "$KADM_DIR has no $b: run scripts/install-test-deps.sh --with-kubeadm" >&2; exit 1; }
 	done
-	[ -x "$KL_BIN" ] || { say "no kubelet at $KL_BIN: run scripts/install-test-deps.sh --with-kubeadm" >&2; exit 1; }
 	e2e_host_lock
 	before=$(host_paths_state)
 	# kubelet sets these kernel-wide tunables (no namespace holds them).
@@ -212,13 +217,35 @@ overlay_node_paths() {
 	done
 }
 
-# node_network: the private network namespace as a node's: lo, one
-# interface with the node's address, a default route (into a dummy: dropped).
+# fresh_node_paths: the paths a new node has empty or not at all, emptied in
+# the overlays (whiteouts in the upper layer: the host's copies, e.g. another
+# suite's /var/lib/eni-cni or a conflist in /etc/cni/net.d, stay as they are
+# and out of this node's sight). Refuses unless this is a mount namespace of
+# its own with the overlay mounted.
+fresh_node_paths() {
+	local p o top
+	[ "$(readlink /proc/self/ns/mnt)" != "$(readlink /proc/1/ns/mnt)" ] || fail "not in a private mount namespace"
+	for p in "${FRESH_PATHS[@]}"; do
+		top=
+		for o in "${OVERLAYS[@]}"; do
+			case $p in "$o"/*) top=$o ;; esac
+		done
+		[ -n "$top" ] && [ "$(findmnt -n -o FSTYPE --mountpoint "$top")" = overlay ] ||
+			fail "$p is not under one of this run's overlays"
+		rm -rf "$p"
+	done
+}
+
+# node_network: the private network namespace as a node's: lo, eth0 with
+# the node's address and a default route. eth0's veth peer stays in this
+# namespace without an address: the gateway never answers ARP, so nothing
+# sent to the default route goes anywhere (no dummy driver on this kernel).
 node_network() {
 	ip link set lo up
-	ip link add eth0 type dummy
+	ip link add eth0 type veth peer name eth0-peer
 	ip addr add "$NODE_IP/24" dev eth0
 	ip link set eth0 up
+	ip link set eth0-peer up
 	ip route add default via "$NODE_GW" dev eth0
 	sysctl -qw net.ipv4.ip_forward=1 # this namespace's own (kubeadm's preflight wants it)
 	printf '%s %s\n' "$NODE_IP" "$NODE" >>/etc/hosts
@@ -354,6 +381,9 @@ trap cleanup EXIT
 e2e_init
 chmod 0755 "$E2E_RUN"
 overlay_node_paths
+fresh_node_paths
+export HOME=$E2E_RUN/home # kubectl's cache (~/.kube) too stays in the run
+mkdir -p "$HOME"
 node_network
 # containerd as on a node: CNI in /opt/cni/bin and /etc/cni/net.d (the
 # overlays), sandbox image = kubeadm's pause.
@@ -418,7 +448,7 @@ show k get pod web -o wide
 POD_IP=$(k get pod web -o jsonpath='{.status.podIP}')
 [[ $POD_IP =~ $POOL_RE ]] || fail "pod IP $POD_IP is not from the pool $POOL_RANGE"
 show eni list
-got=$(alloc_json | jq -r --arg ip "$POD_IP" '.allocations[] | select(.ip == $ip) | "\(.namespace)/\(.podName)"')
+got=$(alloc_json | jq -r --arg ip "$POD_IP" '.allocations[] | select(.ip == $ip) | "\(.podNamespace)/\(.podName)"')
 [ "$got" = default/web ] || fail "eni-cni list: $POD_IP belongs to '${got:-nobody}', want default/web"
 pass "Running with $POD_IP ${POD_S}s after kubectl run; eni-cni list: default/web"
 
