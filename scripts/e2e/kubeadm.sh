@@ -23,8 +23,10 @@
 #                                which `eni-cni list` records as default/web
 #   pod-reachable                HTTP from the node to the pod's address answers
 #   kubectl-delete-frees-address kubectl delete: the address, its veth and rule freed
-#   kubeadm-reset                kubeadm reset -f exits 0, kubelet stopped
+#   kubeadm-reset                kubeadm reset -f exits 0, kubelet stopped, every pod
+#                                gone and every eni-cni address freed (CoreDNS's too)
 #   eni-cni-uninstall            eni-cni uninstall exits 0, conflist and binary gone
+#   teardown-leaves-nothing      containerd stopped: no shim, mount, netns, cgroup left
 #   host-untouched               (outside) this machine's node paths and sysctls as found
 #
 # Nothing on this machine is touched: the script re-runs itself in a private
@@ -46,6 +48,7 @@
 # Holds lib.sh's host lock (one kubelet per machine).
 # Env: E2E_KEEP_RUN=1 keeps the run dir (logs, the overlays' upper layers).
 set -euo pipefail
+T_START=$EPOCHREALTIME
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -124,7 +127,8 @@ if [ "${KADM_INNER:-0}" != 1 ]; then
 		diff <(echo "$before") <(echo "$after") >&2 || true
 		exit 1
 	fi
-	[ "$rc" = 0 ] && pass "${HOST_PATHS[*]} as found; kubelet's sysctls restored"
+	[ "$rc" = 0 ] && pass "${HOST_PATHS[*]} as found; kubelet's sysctls restored" &&
+		say "whole run: $(e2e_since "$T_START")s"
 	exit "$rc"
 fi
 
@@ -477,11 +481,21 @@ kubeadm reset -f --cri-socket "$E2E_ENDPOINT" >"$E2E_RUN/logs/kubeadm-reset.log"
 grep -E '^\[(reset|preflight)\]' "$E2E_RUN/logs/kubeadm-reset.log" | sed 's/^/  | /'
 ! kubelet_pid >/dev/null || fail "kubelet still running after kubeadm reset"
 [ -z "$(ls -A /etc/kubernetes/manifests 2>/dev/null)" ] || fail "static pod manifests left: $(ls /etc/kubernetes/manifests)"
-pass "kubelet stopped, control plane removed"
+[ -z "$(e2e_pods)" ] || fail "sandboxes left after kubeadm reset: $(e2e_pods | tr '\n' ' ')"
+left=$(alloc_json | jq -r '[.allocations[] | "\(.podNamespace)/\(.podName) \(.ip)"] | join(", ")')
+[ -z "$left" ] || fail "addresses still allocated after every pod was removed: $left"
+pass "kubelet stopped, control plane and every pod removed; the CoreDNS pods' addresses freed by their DELs"
 
 begin eni-cni-uninstall
 show eni uninstall || fail "eni-cni uninstall failed"
 [ ! -e /etc/cni/net.d/10-eni-cni.conflist ] && [ ! -e /opt/cni/bin/eni-cni ] || fail "conflist or binary left"
 pass "conflist and binary removed"
+
+begin teardown-leaves-nothing
+e2e_stop || fail "stopping containerd failed"
+kl_cleanup_cgroups
+e2e_check_clean || fail "left behind (above)"
+[ -z "$(ip -o link show | grep -v -E ': (lo|eth0|eth0-peer)[@:]')" ] || fail "links left in the node namespace: $(ip -o link show | cut -d: -f2 | tr '\n' ' ')"
+pass "containerd stopped; no shim, sandbox, mount, netns, cgroup or link left"
 
 say "kubeadm init ${INIT_S}s; node Ready ${READY_S}s after eni-cni install; pod Running ${POD_S}s after kubectl run"
