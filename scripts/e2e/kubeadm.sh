@@ -21,7 +21,9 @@
 #                                the kubernetes Service: kube-proxy's DNAT, pod -> node)
 #   kubectl-run-pod              kubectl run: the pod Running with a pool address,
 #                                which `eni-cni list` records as default/web
-#   pod-reachable                HTTP from the node to the pod's address answers
+#   pod-reachable                HTTP from the node to the pod's address answers; the
+#                                pod resolves kubernetes.default through cluster DNS
+#                                (its Service -> a CoreDNS pod: pod to pod)
 #   kubectl-delete-frees-address kubectl delete: the address, its veth and rule freed
 #   kubeadm-reset                kubeadm reset -f exits 0, kubelet stopped, every pod
 #                                gone and every eni-cni address freed (CoreDNS's too)
@@ -410,7 +412,7 @@ t0=$EPOCHREALTIME
 kubeadm init --config "$E2E_RUN/kubeadm.yaml" \
 	>"$E2E_RUN/logs/kubeadm-init.log" 2>&1 || fail "kubeadm init failed (exit $?)"
 INIT_S=$(e2e_since "$t0")
-grep -E '^\[(init|preflight|certs|kubeconfig|etcd|control-plane|kubelet-start|wait-control-plane|api-check|kubelet-check|mark-control-plane|bootstrap-token|kubelet-finalize|addons)\]|^W[0-9]{4}|successfully' \
+grep -E '^\[(init|preflight|certs|kubeconfig|etcd|control-plane|kubelet-start|wait-control-plane|api-check|kubelet-check|mark-control-plane|bootstrap-token|kubelet-finalize|addons)\]|^W[0-9]{4}|\[(WARNING|ERROR) |successfully' \
 	"$E2E_RUN/logs/kubeadm-init.log" | sed 's/^/  | /'
 pass "control plane up in ${INIT_S}s"
 
@@ -460,7 +462,13 @@ begin pod-reachable
 reply=$(curl -s --max-time 5 "http://$POD_IP:8080/") || fail "no HTTP answer from $POD_IP:8080"
 say "  curl http://$POD_IP:8080/ -> $reply"
 [[ $reply == "web $POD_IP:8080 "* ]] || fail "unexpected answer: $reply"
-pass "HTTP from the node to the pod's address"
+# The pod's resolver (kubelet points it at the kube-dns Service) answers
+# through kube-proxy's DNAT to a CoreDNS pod: pod to pod over eni-cni.
+reply=$(curl -s --max-time 10 "http://$POD_IP:8080/resolve?name=kubernetes.default.svc.cluster.local") ||
+	fail "the pod could not resolve kubernetes.default.svc.cluster.local: $reply"
+say "  curl http://$POD_IP:8080/resolve?name=kubernetes.default.svc.cluster.local -> $reply"
+[ "$reply" = 10.96.0.1 ] || fail "kubernetes.default resolved to '$reply', want 10.96.0.1"
+pass "HTTP from the node to the pod; the pod resolves cluster DNS through CoreDNS's Service"
 
 begin kubectl-delete-frees-address
 VETH=$(alloc_json | jq -r --arg ip "$POD_IP" '.allocations[] | select(.ip == $ip) | .hostVeth')

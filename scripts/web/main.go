@@ -1,7 +1,9 @@
 // Command web is the tiny HTTP server of the kubeadm quick start
 // (scripts/e2e/kubeadm.sh): a static binary in an image built offline, so a
 // pod started with `kubectl run` answers on its eni-cni address without a
-// registry. GET / answers "<hostname> <local address> <client address>".
+// registry. GET / answers "<hostname> <local address> <client address>";
+// GET /resolve?name=N answers N's addresses as the pod's resolver finds
+// them (cluster DNS: the pod reaches CoreDNS through its Service).
 package main
 
 import (
@@ -14,11 +16,31 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 )
 
 type localAddrKey struct{}
+
+func mux(host string) *http.ServeMux {
+	m := http.NewServeMux()
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		local, _ := r.Context().Value(localAddrKey{}).(string)
+		fmt.Fprintf(w, "%s %s %s\n", host, local, r.RemoteAddr)
+	})
+	m.HandleFunc("/resolve", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		addrs, err := net.DefaultResolver.LookupHost(ctx, r.URL.Query().Get("name"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		fmt.Fprintln(w, strings.Join(addrs, " "))
+	})
+	return m
+}
 
 func main() {
 	addr := flag.String("listen", ":8080", "address to listen on")
@@ -30,10 +52,7 @@ func main() {
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, localAddrKey{}, c.LocalAddr().String())
 		},
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			local, _ := r.Context().Value(localAddrKey{}).(string)
-			fmt.Fprintf(w, "%s %s %s\n", host, local, r.RemoteAddr)
-		}),
+		Handler: mux(host),
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
