@@ -118,6 +118,7 @@ if [ "${KADM_INNER:-0}" != 1 ]; then
 	before=$(host_paths_state)
 	# kubelet sets these kernel-wide tunables (no namespace holds them).
 	e2e_save_sysctls "${KL_SYSCTLS[@]}"
+	trap 'e2e_restore_sysctls' EXIT # also on Ctrl-C; a no-op once restored
 	rc=0
 	KADM_INNER=1 unshare --mount --net --propagation private -- bash "$0" "$@" || rc=$?
 	CASE=host-untouched CASE_T0=$EPOCHREALTIME
