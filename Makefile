@@ -58,9 +58,10 @@ test-kubelet: build
 
 # The README's kubeadm quick start, for real: kubeadm init (images built
 # offline), eni-cni install, node Ready, kubectl run/delete, kubeadm reset, in
-# private mount and network namespaces. Builds kubeadm, the control plane and
-# etcd once (deps-kubeadm: 15-40 min on an empty cache; then nothing); the
-# run itself takes 1-3 min. Not part of `make test`.
+# private mount and network namespaces. Builds kubeadm, the control plane,
+# kube-proxy, etcd and CoreDNS and packs their images once (deps-kubeadm:
+# 15-40 min on top of kubelet's build cache; then 5 s, nothing built); the
+# run itself takes 1-1.5 min. Not part of `make test`.
 deps-kubeadm:
 	bash scripts/install-test-deps.sh --with-kubeadm
 

@@ -93,8 +93,8 @@ fail() {
 	exit 1
 }
 
-# host_paths_state: one line per HOST_PATHS entry: absent, or its type and a
-# digest of what is below it (names, sizes, modes, times).
+# host_paths_state: one line per HOST_PATHS entry: absent, or a digest of
+# what is there and below it (names, sizes, modes, times).
 host_paths_state() {
 	local p
 	for p in "${HOST_PATHS[@]}"; do
@@ -195,7 +195,6 @@ cleanup() {
 	local rc=$? pid d
 	trap - EXIT
 	set +e
-	if [ "$rc" != 0 ] && [ -n "${E2E_RUN:-}" ]; then KEEP_RUN=1; fi
 	pid=$(kubelet_pid) && _e2e_kill_wait "$pid" 20
 	kl_cleanup_cgroups
 	E2E_KEEP_RUN=1 e2e_cleanup 2>/dev/null
