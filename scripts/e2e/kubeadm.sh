@@ -50,7 +50,6 @@
 # Holds lib.sh's host lock (one kubelet per machine).
 # Env: E2E_KEEP_RUN=1 keeps the run dir (logs, the overlays' upper layers).
 set -euo pipefail
-T_START=$EPOCHREALTIME
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -115,6 +114,7 @@ if [ "${KADM_INNER:-0}" != 1 ]; then
 			{ say "$KADM_DIR has no $b: run scripts/install-test-deps.sh --with-kubeadm" >&2; exit 1; }
 	done
 	e2e_host_lock
+	T_START=$EPOCHREALTIME # the run, not the wait for the lock
 	before=$(host_paths_state)
 	# kubelet sets these kernel-wide tunables (no namespace holds them).
 	e2e_save_sysctls "${KL_SYSCTLS[@]}"
