@@ -35,6 +35,7 @@ type maxPodsDeps struct {
 	store  alloc.Store // nil without a config
 	md     ec2.Metadata
 	newAPI func(region string) ec2.TypesAPI
+	region string // --region: wins over the environment, the store and IMDS
 }
 
 // maxPodsFor computes the report for instanceType ("" for this node's).
@@ -74,7 +75,10 @@ func maxPodsFor(ctx context.Context, d maxPodsDeps, w pool.WarmConfig, instanceT
 // environment, the store, else IMDS) and fills in the instance type when
 // none was given.
 func maxPodsRegion(ctx context.Context, d maxPodsDeps, src *pool.EC2, r *maxPodsReport) (string, error) {
-	region := os.Getenv("AWS_REGION")
+	region := d.region
+	if region == "" {
+		region = os.Getenv("AWS_REGION")
+	}
 	if region == "" {
 		region = os.Getenv("AWS_DEFAULT_REGION")
 	}
@@ -105,6 +109,7 @@ func maxPodsRegion(ctx context.Context, d maxPodsDeps, src *pool.EC2, r *maxPods
 func cmdMaxPodsCLI(args []string, stdout, stderr io.Writer) error {
 	f := newFlags("max-pods", stderr)
 	instanceType := f.fs.String("instance-type", "", "instance type (default: this node's)")
+	region := f.fs.String("region", "", "region for DescribeInstanceTypes (default: AWS_REGION, the store, else IMDS); with --instance-type and AWS credentials in the environment, IMDS is not read: usable off the node")
 	asJSON := f.fs.Bool("json", false, "print the calculation as JSON")
 	showMax := f.fs.Bool("show-max-allowed", false, "print the most pods the node can hold, without the 110/250 cap")
 	if err := f.parse(args); err != nil {
@@ -114,7 +119,7 @@ func cmdMaxPodsCLI(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	d := maxPodsDeps{md: ec2.NewMetadataClient(cfg.IMDSEndpoint, imdsOptions(cfg)...)}
+	d := maxPodsDeps{md: ec2.NewMetadataClient(cfg.IMDSEndpoint, imdsOptions(cfg)...), region: *region}
 	d.newAPI = func(region string) ec2.TypesAPI {
 		return ec2.NewAPI(cfg.EC2Endpoint, region, ec2.NewMetadataClient(cfg.IMDSEndpoint, imdsOptions(cfg)...))
 	}

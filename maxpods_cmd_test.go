@@ -63,6 +63,28 @@ func TestMaxPodsCommandPublishedNumbers(t *testing.T) {
 	}
 }
 
+// Off the node: --instance-type, --region and credentials in the
+// environment need no IMDS (here one that refuses every connection).
+func TestMaxPodsOffTheNode(t *testing.T) {
+	f := startFakeWith(t, ec2fake.Config{InstanceType: "m5.large"})
+	t.Setenv(ec2.EnvEC2Endpoint, f.URL())
+	t.Setenv(ec2.EnvIMDSEndpoint, "http://127.0.0.1:1")
+	t.Setenv("AWS_REGION", "")
+	t.Setenv("AWS_DEFAULT_REGION", "")
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+	empty := t.TempDir()
+	code, out, errs := run("max-pods", "--conf-dir", empty, "--instance-type", "m5.xlarge", "--region", "us-east-1")
+	if code != 0 || strings.TrimSpace(out) != "58" {
+		t.Fatalf("--region: exit %d, %q %s; want 58", code, out, errs)
+	}
+	// Without a region it must ask IMDS, which refuses: a clear error.
+	code, _, errs = run("max-pods", "--conf-dir", empty, "--instance-type", "m5.xlarge")
+	if code == 0 || !strings.Contains(errs, "region") {
+		t.Errorf("no region, no IMDS: exit %d, %s", code, errs)
+	}
+}
+
 // This node (no --instance-type): the type and region from IMDS, limits
 // from EC2; the config's prefix delegation and maxENIs count.
 func TestMaxPodsThisNodeWithConfig(t *testing.T) {
