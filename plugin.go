@@ -266,36 +266,53 @@ func (p *plugin) result(a alloc.Allocation, netns string, l netsetup.Links) *cur
 // del frees the attachment's address. It needs no netns: the host side is
 // found by the names the store recorded. An unknown attachment gets a
 // best-effort teardown by derived name and is not an error.
+//
+// The look-up, the unroute and the release are one hold of the state lock
+// (Manager.Remove): the rules are found by address alone, and only under
+// the lock does the address still belong to this attachment. Unrouting
+// after the look-up's lock, a DEL stalled past the cooldown while the same
+// attachment was released by a repeated DEL or gc and its address given to
+// a new pod deleted that pod's rules (TestDelNeverUnroutesAReusedAddress).
+// Re-checking under a second lock before an unlocked unroute would leave
+// the same window; the unroute adds about a millisecond of netlink to the
+// lock hold, and the lock is taken once instead of twice (look-up, then
+// release). The veth deletion, the slow part (15–30 ms of RCU), stays out
+// of the lock's way: it starts once nothing routes to the veth and runs
+// while the release is saved.
 func (p *plugin) del(ctx context.Context, k alloc.Key) error {
-	// Withdraw also cancels an ADD of k still waiting on a dry pool: the
+	var deleted chan error
+	// Remove also cancels an ADD of k still waiting on a dry pool: the
 	// runtime has given up on it.
-	a, found, err := p.mgr.Withdraw(ctx, k)
+	_, _, err := p.mgr.Remove(ctx, k, func(a alloc.Allocation) error {
+		fault.Point("del:after-lookup")
+		// The address may only be freed once nothing routes it to the old
+		// veth, or a new pod could get an address still routed there.
+		if err := p.wire.Unroute([]netsetup.Attachment{{HostVeth: a.HostVeth, IP: a.IP}}); err != nil {
+			return fmt.Errorf("tear down %s (%s): %w", k, a.IP, err)
+		}
+		fault.Point("del:after-unroute")
+		// From here the veth is only a dead end.
+		deleted = make(chan error, 1)
+		go func() { deleted <- p.wire.DeleteVeths(a.HostVeth) }()
+		return nil
+	})
+	if deleted != nil {
+		// Unrouted; released unless err says the save failed (the retry
+		// finds the allocation and releases it).
+		fault.Point("del:after-release")
+		if verr := <-deleted; verr != nil {
+			err = errors.Join(err, fmt.Errorf("delete host veth of %s: %w", k, verr))
+		}
+		return err
+	}
 	if storeUnusable(err) {
 		return p.delWithoutStore(k, err)
 	}
 	if err != nil {
-		return err
+		return err // also a failed unroute: the address stays allocated
 	}
-	if !found {
-		return p.wire.DeleteVeths(netsetup.HostVethName(p.cfg.VethPrefix, k.ContainerID, k.IfName))
-	}
-	fault.Point("del:after-lookup")
-	// The address may only be freed once nothing routes it to the old
-	// veth, or a new pod could get an address still routed there.
-	if err := p.wire.Unroute([]netsetup.Attachment{{HostVeth: a.HostVeth, IP: a.IP}}); err != nil {
-		return fmt.Errorf("tear down %s (%s): %w", k, a.IP, err)
-	}
-	fault.Point("del:after-unroute")
-	// From here the veth is only a dead end: release the address (into
-	// cooldown) while the kernel takes its 15–30 ms to delete the veth.
-	deleted := make(chan error, 1)
-	go func() { deleted <- p.wire.DeleteVeths(a.HostVeth) }()
-	_, _, err = p.mgr.Release(ctx, k, a.IP)
-	fault.Point("del:after-release")
-	if verr := <-deleted; verr != nil {
-		err = errors.Join(err, fmt.Errorf("delete host veth of %s: %w", k, verr))
-	}
-	return err
+	// Nothing recorded (a found allocation was unrouted above, or failed).
+	return p.wire.DeleteVeths(netsetup.HostVethName(p.cfg.VethPrefix, k.ContainerID, k.IfName))
 }
 
 // storeUnusable: the store cannot be read until an operator acts (corrupt,

@@ -82,7 +82,49 @@ func (m *Manager) Withdraw(ctx context.Context, k Key) (a Allocation, found bool
 	if err != nil {
 		return Allocation{}, false, fmt.Errorf("look up %s: %w", k, err)
 	}
-	if dropped {
+	if dropped || (found && m.Cooldown <= 0) {
+		// A cancelled demand, or an address free at once (as Release).
+		_ = m.Wake() // best effort: the waiter also looks again on its own
+	}
+	return a, found, nil
+}
+
+// Remove is DEL in the store, in one hold of the lock: the allocation of
+// k, if any, is handed to unwire and, once unwire returns nil, released
+// into cooldown and saved; a demand of an ADD of k still waiting for an
+// address is cancelled, as by Withdraw.
+//
+// unwire runs under the lock because what it removes is found by address
+// (the kernel's rules): only under the lock is a.IP still k's, so that no
+// ADD can have been given it. Unrouting after the lock, a DEL stalled past
+// the cooldown (while a repeated DEL or gc released k and an ADD took the
+// address) would delete the new pod's rules. If unwire fails nothing is
+// saved, and its error is returned as is: the address stays allocated, as
+// it may still be routed to the old veth.
+func (m *Manager) Remove(ctx context.Context, k Key, unwire func(Allocation) error) (a Allocation, found bool, err error) {
+	var dropped bool
+	var unwireErr error
+	err = m.Update(ctx, func(st *State) (bool, error) {
+		dropped = st.DropDemand(k)
+		i := st.Find(k)
+		if i < 0 {
+			return dropped, nil
+		}
+		a, found = st.Allocations[i], true
+		if unwireErr = unwire(a); unwireErr != nil {
+			return false, unwireErr
+		}
+		m.releaseIn(st, k, a.IP, m.Cooldown)
+		return true, nil
+	})
+	if unwireErr != nil {
+		return a, found, unwireErr
+	}
+	if err != nil {
+		return a, found, fmt.Errorf("remove %s: %w", k, err)
+	}
+	if dropped || (found && m.Cooldown <= 0) {
+		// A cancelled demand, or an address free at once (as Release).
 		_ = m.Wake() // best effort: the waiter also looks again on its own
 	}
 	return a, found, nil

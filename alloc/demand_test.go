@@ -230,3 +230,78 @@ func TestDiskWatcher(t *testing.T) {
 		t.Errorf("Wait with a cancelled context: %v", err)
 	}
 }
+
+// TestRemove: DEL's one hold of the lock. unwire sees the allocation with
+// the lock held (no ADD can take its address meanwhile); its success
+// releases the address into cooldown in one save; its failure keeps the
+// allocation and saves nothing; an unknown key calls no unwire, saves
+// nothing without a demand and cancels one (waking its waiter).
+func TestRemove(t *testing.T) {
+	m, s, c := newManager(t, "10.0.0.1-10.0.0.5")
+	ctx := context.Background()
+	a, _, err := m.Allocate(ctx, req("held"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockedDuringUnwire := func() bool {
+		try, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+		defer cancel()
+		if s.Lock(try) != nil {
+			return true
+		}
+		_ = s.Unlock()
+		return false
+	}
+
+	saves := s.Saves
+	boom := errors.New("netlink says no")
+	_, found, err := m.Remove(ctx, key("held"), func(Allocation) error { return boom })
+	if !errors.Is(err, boom) || !found {
+		t.Fatalf("failed unwire: found %v, err %v; want found and the unwire error", found, err)
+	}
+	if st, _ := s.Load(); st.Find(key("held")) < 0 || s.Saves != saves {
+		t.Errorf("a failed unwire released the address or saved (%d saves)", s.Saves-saves)
+	}
+
+	var seen Allocation
+	var locked bool
+	got, found, err := m.Remove(ctx, key("held"), func(x Allocation) error {
+		seen, locked = x, lockedDuringUnwire()
+		return nil
+	})
+	if err != nil || !found || got.IP != a.IP || seen.IP != a.IP || seen.HostVeth != "eniheld" {
+		t.Fatalf("Remove: %+v %v %v (unwire saw %+v)", got, found, err, seen)
+	}
+	if !locked {
+		t.Error("unwire ran without the state lock")
+	}
+	st, _ := s.Load()
+	if st.Find(key("held")) >= 0 || len(st.Cooling) != 1 || st.Cooling[0].IP != a.IP || s.Saves != saves+1 {
+		t.Errorf("after Remove: allocations %+v cooling %+v, %d saves (want 1)", st.Allocations, st.Cooling, s.Saves-saves)
+	}
+
+	called := false
+	saves = s.Saves
+	if _, found, err := m.Remove(ctx, key("held"), func(Allocation) error { called = true; return nil }); err != nil || found || called {
+		t.Errorf("second Remove: found %v, unwire called %v, %v", found, called, err)
+	}
+	if s.Saves != saves {
+		t.Error("Remove of an unknown key without a demand saved the state")
+	}
+
+	addDemand(t, m, c, "waiting", 25*time.Second)
+	w, err := m.Watch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, found, err := m.Remove(ctx, key("waiting"), func(Allocation) error { called = true; return nil }); err != nil || found || called {
+		t.Fatalf("Remove of a waiting attachment: found %v, unwire called %v, %v", found, called, err)
+	}
+	if d := demands(t, s); len(d) != 0 {
+		t.Errorf("demand left after Remove: %+v", d)
+	}
+	if woken, err := w.Wait(ctx, time.Second); err != nil || !woken {
+		t.Errorf("Remove did not wake the waiter: %v %v", woken, err)
+	}
+}

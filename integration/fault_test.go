@@ -54,7 +54,7 @@ var walkPlan = map[string][]walkCase{
 	"del:after-release":         {{1, "del"}},
 	"unroute:after-routes":      {{1, "del"}, {1, "gc"}},
 	"save:before-rename":        {{1, "add"}, {1, "del"}, {1, "gc"}, {1, "warm-fill"}},
-	"lock:after-load":           {{1, "add"}, {2, "del"}, {2, "gc"}},
+	"lock:after-load":           {{1, "add"}, {1, "del"}, {2, "gc"}},
 	"gc:after-plan":             {{1, "gc"}},
 	"gc:after-leftover-unroute": {{1, "gc"}},
 	"gc:after-unroute":          {{1, "gc"}},
