@@ -34,15 +34,13 @@ const (
 // Minimums of the two safety delays; a smaller value is a configuration
 // error (code 7), not silently raised.
 const (
-	// minCooldown: DEL unroutes (rules are found by address alone) after
-	// its locked lookup, outside the lock (netlink work must not stall
-	// ADDs). If the address were reusable at once, a release of the same
-	// attachment in between (gc, a repeated DEL) plus an ADD that takes
-	// the address would have its fresh `to`/`from` rules deleted by that
-	// unroute. DEL's unlocked window is milliseconds; a few seconds cover
-	// a loaded node. (gc unroutes under the lock: collect.go. The 30 s
-	// default also lets conntrack and neighbour entries of the old pod
-	// expire.)
+	// minCooldown: ADD wires its address after the lock that gave it. If
+	// the runtime gives up on a stalled ADD and DELs the attachment, only
+	// the cooldown keeps the address from a new pod until the stalled ADD
+	// is done; a few seconds cover a loaded node. (DEL and gc unroute
+	// under the lock, as rules are found by address alone: they do not
+	// rely on it. The 30 s default also lets conntrack and neighbour
+	// entries of the old pod expire.)
 	minCooldown = 5 * time.Second
 	// minGCGrace: containerd runs ADD before the sandbox appears in
 	// ListPodSandbox, and a pod's ADD may wait for the lock (10 s), for the

@@ -21,3 +21,9 @@ package fault
 // Env names the point to crash at: "name" or "name@N" (the Nth time). Only
 // the faultinject build reads it.
 const Env = "ENI_CNI_FAULT"
+
+// ActionEnv set to "stop" makes the point stop the process (SIGSTOP)
+// instead of killing it: a process stalled there, as on a loaded node,
+// that the test resumes with SIGCONT to stage a race. Only the faultinject
+// build reads it.
+const ActionEnv = "ENI_CNI_FAULT_ACTION"
