@@ -66,33 +66,12 @@ func (m *Manager) pruneDemands(st *State) {
 	}
 }
 
-// Withdraw is DEL's look-up of k: the allocation, if any, and the demand of
-// an ADD of k still waiting for an address is cancelled (the runtime has
-// given up on that ADD), so `warm` no longer sizes for it and the waiting
-// ADD, woken, stops instead of taking an address for a dead sandbox.
-func (m *Manager) Withdraw(ctx context.Context, k Key) (a Allocation, found bool, err error) {
-	var dropped bool
-	err = m.Update(ctx, func(st *State) (bool, error) {
-		if i := st.Find(k); i >= 0 {
-			a, found = st.Allocations[i], true
-		}
-		dropped = st.DropDemand(k)
-		return dropped, nil
-	})
-	if err != nil {
-		return Allocation{}, false, fmt.Errorf("look up %s: %w", k, err)
-	}
-	if dropped || (found && m.Cooldown <= 0) {
-		// A cancelled demand, or an address free at once (as Release).
-		_ = m.Wake() // best effort: the waiter also looks again on its own
-	}
-	return a, found, nil
-}
-
 // Remove is DEL in the store, in one hold of the lock: the allocation of
 // k, if any, is handed to unwire and, once unwire returns nil, released
-// into cooldown and saved; a demand of an ADD of k still waiting for an
-// address is cancelled, as by Withdraw.
+// into cooldown and saved. A demand of an ADD of k still waiting for an
+// address is cancelled (the runtime has given up on that ADD), so `warm`
+// no longer sizes for it and the waiting ADD, woken, stops instead of
+// taking an address for a dead sandbox.
 //
 // unwire runs under the lock because what it removes is found by address
 // (the kernel's rules): only under the lock is a.IP still k's, so that no

@@ -106,41 +106,6 @@ func TestNewBootDropsDemands(t *testing.T) {
 	}
 }
 
-func TestWithdrawCancelsDemandAndWakes(t *testing.T) {
-	m, s, c := newManager(t, "10.0.0.1-10.0.0.5")
-	ctx := context.Background()
-	addDemand(t, m, c, "waiting", 25*time.Second)
-	w, err := m.Watch()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	_, found, err := m.Withdraw(ctx, key("waiting"))
-	if err != nil || found {
-		t.Fatalf("Withdraw of a waiting attachment: found %v, %v", found, err)
-	}
-	if d := demands(t, s); len(d) != 0 {
-		t.Errorf("demand left after Withdraw: %+v", d)
-	}
-	if woken, err := w.Wait(ctx, time.Second); err != nil || !woken {
-		t.Errorf("Withdraw did not wake the waiter: %v %v", woken, err)
-	}
-	// Withdraw of an attachment with an address returns it and saves
-	// nothing when there is no demand.
-	a, _, err := m.Allocate(ctx, req("held"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	saves := s.Saves
-	got, found, err := m.Withdraw(ctx, key("held"))
-	if err != nil || !found || got.IP != a.IP {
-		t.Fatalf("Withdraw of an allocation: %+v %v %v", got, found, err)
-	}
-	if s.Saves != saves {
-		t.Errorf("Withdraw without a demand saved the state")
-	}
-}
-
 func TestDemandWithEmptyKeyIsCorrupt(t *testing.T) {
 	_, err := decodeState([]byte(`{"version":1,"bootID":"b","allocations":[],"cooling":[],"demands":[{"network":"pods","containerID":"","ifname":"eth0"}]}`))
 	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "demand 0") {
@@ -303,5 +268,13 @@ func TestRemove(t *testing.T) {
 	}
 	if woken, err := w.Wait(ctx, time.Second); err != nil || !woken {
 		t.Errorf("Remove did not wake the waiter: %v %v", woken, err)
+	}
+}
+
+// failUnwire is the unwire of a Remove that must find nothing.
+func failUnwire(t *testing.T) func(Allocation) error {
+	return func(a Allocation) error {
+		t.Errorf("unwire called for %+v", a)
+		return errors.New("unexpected unwire")
 	}
 }

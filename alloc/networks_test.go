@@ -91,7 +91,7 @@ func TestSharedStoreLostForOneNetwork(t *testing.T) {
 	})
 	t.Run("other network only looks up first", func(t *testing.T) {
 		pods, blue, bp, s := sharedManagers(t)
-		if _, found, err := pods.Withdraw(ctx, key("unknown")); err != nil || found {
+		if _, found, err := pods.Remove(ctx, key("unknown"), failUnwire(t)); err != nil || found {
 			t.Fatalf("pods DEL look-up: %v %v", found, err)
 		}
 		if _, found, err := pods.Get(ctx, key("unknown")); err != nil || found {
@@ -142,7 +142,7 @@ func TestLookupsDoNotSave(t *testing.T) {
 	ctx := context.Background()
 	m, s, _ := newManager(t, "10.0.0.0/24")
 	m.Network = "pods"
-	m.Withdraw(ctx, key("x"))
+	m.Remove(ctx, key("x"), failUnwire(t))
 	m.Get(ctx, key("x"))
 	m.Snapshot(ctx)
 	m.Peek()
@@ -155,7 +155,7 @@ func TestLookupsDoNotSave(t *testing.T) {
 	if _, found, _ := rebooted.Get(ctx, key("a")); found {
 		t.Error("an allocation of the previous boot was found")
 	}
-	rebooted.Withdraw(ctx, key("x"))
+	rebooted.Remove(ctx, key("x"), failUnwire(t))
 	if s.Saves != saves {
 		t.Errorf("look-ups after a reboot saved %d times", s.Saves-saves)
 	}
