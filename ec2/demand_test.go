@@ -3,7 +3,9 @@ package ec2
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -237,5 +239,62 @@ func TestENIFoundByIMDSBeforeItsRecord(t *testing.T) {
 	}
 	if _, err := e.st.Load(); err != nil {
 		t.Errorf("store: %v", err)
+	}
+}
+
+// TestHourlyCheckAfterTheFillWhenADDsWait: on a fresh store the first pass
+// owes the hourly describe. With ADDs waiting it comes after their
+// addresses are assigned (it only checks); a timer pass makes it first. A
+// describe that drift forces (a new ENI IMDS shows, whose tags must be
+// read before it is used) still comes before the fill.
+func TestHourlyCheckAfterTheFillWhenADDsWait(t *testing.T) {
+	order := func(e *env) *[]string {
+		var seq []string
+		var mu sync.Mutex
+		for _, a := range []string{"DescribeNetworkInterfaces", "AssignPrivateIpAddresses"} {
+			e.fake.SetHook(a, func() { mu.Lock(); seq = append(seq, a); mu.Unlock() })
+		}
+		return &seq
+	}
+	first := func(seq []string) string {
+		if len(seq) == 0 {
+			return ""
+		}
+		return seq[0]
+	}
+
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge"}, pool.WarmConfig{WarmIPTarget: 5})
+	seq := order(e)
+	e.demand(t, 3, 25*time.Second)
+	e.warm(t)
+	if first(*seq) != "AssignPrivateIpAddresses" || !slices.Contains(*seq, "DescribeNetworkInterfaces") {
+		t.Errorf("ADDs waiting on a fresh store: calls %v, want the assign first and the hourly describe after it", *seq)
+	}
+	_, _, src := e.counts(t)
+	if src.LastDescribe.IsZero() {
+		t.Error("the deferred hourly describe was not recorded")
+	}
+
+	// A pass that may have changed EC2 without recording it: the describe
+	// comes first even though ADDs wait.
+	e.fake.ResetCalls()
+	*seq = nil
+	if err := e.mgr.Update(context.Background(), func(st *alloc.State) (bool, error) {
+		st.EC2.Dirty = true
+		return true, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.demand(t, 20, 25*time.Second)
+	e.warm(t)
+	if first(*seq) != "DescribeNetworkInterfaces" || !slices.Contains(*seq, "AssignPrivateIpAddresses") {
+		t.Errorf("dirty store, ADDs waiting: calls %v, want the describe before the assign", *seq)
+	}
+
+	timer := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge"}, pool.WarmConfig{WarmIPTarget: 5})
+	seq = order(timer)
+	timer.warm(t)
+	if first(*seq) != "DescribeNetworkInterfaces" {
+		t.Errorf("timer pass on a fresh store: calls %v, want the describe first", *seq)
 	}
 }

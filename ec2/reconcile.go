@@ -70,6 +70,11 @@ func allocatedIn(st *alloc.State) func(netip.Addr) bool {
 	return func(ip netip.Addr) bool { return held[ip] }
 }
 
+// reasonHourly is the describe of the safety net: nothing is known to be
+// wrong (a fresh store's first pass too: IMDS showed only the primary ENI,
+// which needs no tags read, or a new ENI would be drift).
+const reasonHourly = "hourly check"
+
 // describeReason says why this pass must read EC2's truth, or "" if it
 // need not.
 func (w *Warmer) describeReason(src *pool.EC2, d pool.Drift) string {
@@ -83,7 +88,7 @@ func (w *Warmer) describeReason(src *pool.EC2, d pool.Drift) string {
 	case !d.Empty() && d.Key() != src.Drift:
 		return "IMDS disagrees with the store: " + d.String()
 	case pool.Elapsed(w.now(), src.LastDescribe, describeEvery):
-		return "hourly check"
+		return reasonHourly
 	}
 	return ""
 }

@@ -186,16 +186,20 @@ func (w *Warmer) pass(ctx context.Context, inst *pool.Instance) (short bool, err
 			return false, err
 		}
 	}
-	if why := w.describeReason(v.src, drift); why != "" {
+	// With ADDs waiting for this pass, what only checks (the hourly
+	// describe) or tidies (the ENI lifecycle's EC2 calls: the sweep for
+	// leaked ENIs, DeleteOnTermination retries) comes after the fill, not
+	// before it: a describe forced by drift, a dirty or a pending record
+	// still comes first. Lifecycle and node-side failures are reported at
+	// the end: they must not keep the pool from being filled.
+	waiting := v.st.Waiting(w.now()) > 0
+	why := w.describeReason(v.src, drift)
+	checkLater := waiting && why == reasonHourly
+	if why != "" && !checkLater {
 		if err := w.resync(ctx, why, drift); err != nil {
 			return false, err
 		}
 	}
-	// Lifecycle and node-side failures are reported at the end: they must
-	// not keep the pool from being filled. With ADDs waiting for this pass
-	// the ENI lifecycle (its EC2 calls: the sweep for leaked ENIs,
-	// DeleteOnTermination retries) comes after the fill, not before it.
-	waiting := v.st.Waiting(w.now()) > 0
 	later := w.reassertHost(ctx)
 	if !waiting {
 		later = errors.Join(w.settleENIs(ctx), later)
@@ -203,6 +207,9 @@ func (w *Warmer) pass(ctx context.Context, inst *pool.Instance) (short bool, err
 	short, err = w.fill(ctx)
 	if waiting {
 		later = errors.Join(later, w.settleENIs(ctx))
+	}
+	if checkLater && err == nil {
+		later = errors.Join(later, w.resync(ctx, why, drift))
 	}
 	if err != nil {
 		return short, errors.Join(err, later)
