@@ -127,7 +127,7 @@ func (u *Uninstall) stateSteps() []Step {
 		if u.StateDir != DefaultLayout().StateDir {
 			how = "--purge --state-dir " + u.StateDir
 		}
-		steps = append(steps, Note("kept %s (the addresses pods hold; uninstall %s removes it)", dir, how))
+		steps = append(steps, Note("kept %s (the store: allocations, cooling addresses, the ec2 pool's record; uninstall %s removes it)", dir, how))
 	}
 	return steps
 }
