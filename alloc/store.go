@@ -153,13 +153,13 @@ func trusted(path string, fi fs.FileInfo) error {
 // Dir is the state directory.
 func (d *DiskStore) Dir() string { return d.dir }
 
-// Path is the state file's path, for messages.
 // SetReadOnly makes the store fit for a dry run, which must leave the node
 // as it found it: Lock neither creates the state directory nor the lock
 // file (without them there is no state and no writer to wait for, so it
 // holds nothing), and Save and SetAside fail with ErrReadOnly.
 func (d *DiskStore) SetReadOnly() { d.readOnly = true }
 
+// Path is the state file's path, for messages.
 func (d *DiskStore) Path() string { return filepath.Join(d.dir, StateFileName) }
 
 func (d *DiskStore) lockPath() string { return filepath.Join(d.dir, LockFileName) }
