@@ -380,8 +380,24 @@ func (m *Manager) Snapshot(ctx context.Context) (st *State, c Counts, err error)
 // read-only commands: saves replace the file by rename, so a read sees one
 // whole state. What the next locked call would change (allocations of a
 // previous boot, expired cooling) is applied to the copy returned only.
+//
+// A lost state is refused here too (OnMissing), but only once confirmed
+// under the lock: the check lists the node's wiring after this unlocked
+// read, and an ADD that saved and wired in between (the first ADDs of a
+// new node or network) leaves a route the read does not explain. Under
+// the lock every route is explained by the state read after it: ADD saves
+// before it wires, DEL and gc unroute before they release. Only a state
+// that looks lost pays for the wait. A store without a lock file (a
+// DiskStore: ADD creates it before its first save) has had no ADD, and a
+// read-only command must not create one: the refusal stands.
 func (m *Manager) Peek() (*State, Counts, error) {
-	st, err := m.Load() // a lost state is refused here too (OnMissing)
+	st, err := m.Load()
+	if errors.Is(err, ErrStateLost) {
+		if l, ok := m.Store.(interface{ LockExists() bool }); ok && !l.LockExists() {
+			return nil, Counts{}, err
+		}
+		return m.Snapshot(context.Background())
+	}
 	if err != nil {
 		return nil, Counts{}, err
 	}

@@ -164,6 +164,13 @@ func (d *DiskStore) Path() string { return filepath.Join(d.dir, StateFileName) }
 
 func (d *DiskStore) lockPath() string { return filepath.Join(d.dir, LockFileName) }
 
+// LockExists reports whether the lock file is there (created by the first
+// Lock of a writer; never removed).
+func (d *DiskStore) LockExists() bool {
+	_, err := os.Lstat(d.lockPath())
+	return err == nil
+}
+
 // Lock waits in the kernel (a blocking flock) rather than polling: with
 // dozens of ADDs at once on a small node, pollers steal the CPU the holder
 // needs to finish, and the queue collapses into timeouts. The wait is
