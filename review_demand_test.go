@@ -332,3 +332,51 @@ func TestDryPoolOneDemandPerAttachment(t *testing.T) {
 		t.Errorf("demands left after the ADD got its address: %+v", d)
 	}
 }
+
+// reusedWarm's first start is a pass that marks itself started for the
+// waiting ADDs and is killed; by the time the waiters look, its PID has
+// been given to another process (PIDs wrap: pid_max is 32768 on many
+// kernels, and a busy node forks thousands a minute). Later starts run
+// real passes.
+type reusedWarm struct {
+	n    *dryNode
+	died atomic.Bool
+}
+
+func (r *reusedWarm) startWarm(ctx context.Context, cfg *config, direct bool) (string, error) {
+	if r.died.CompareAndSwap(false, true) {
+		marked := time.Now().UTC()
+		time.Sleep(1500 * time.Millisecond)
+		other := exec.Command("sleep", "60")
+		if err := other.Start(); err != nil {
+			return "", err
+		}
+		r.n.t.Cleanup(func() { other.Process.Kill(); other.Wait() })
+		p, _ := r.n.plugin()
+		err := p.mgr.Update(ctx, func(st *alloc.State) (bool, error) {
+			if st.EC2 == nil {
+				st.EC2 = &pool.EC2{}
+			}
+			st.EC2.PassStartedAt, st.EC2.PassPID = marked, other.Process.Pid
+			return true, nil
+		})
+		return "a pass whose PID is reused", err
+	}
+	return r.n.startWarm(ctx, cfg, direct)
+}
+
+// TestDryPoolWarmPIDReused: the pass an ADD started is killed after it
+// marked itself running, and its PID now runs another process. That
+// process began after the mark, so it is not the pass: the waiting ADD
+// starts another pass and gets an address within its wait, instead of
+// trusting the mark for passStall (a minute, beyond its whole wait).
+func TestDryPoolWarmPIDReused(t *testing.T) {
+	n := newDryNode(t, "t3.medium", `,"addWaitSeconds":12`)
+	p, _ := n.plugin()
+	src := p.source.(ec2Source)
+	src.warm = &reusedWarm{n: n}
+	p.source = src
+	if _, err := p.add(context.Background(), att("survivor")); err != nil {
+		t.Fatalf("ADD whose warm pass was killed and its PID reused: %v", err)
+	}
+}
