@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gofrs/flock"
@@ -248,7 +250,7 @@ func (s ec2Source) look(st *alloc.State, req alloc.Request, allocErr error, firs
 	}
 	out := step{next: nextLook(st, now, until), recorded: recorded}
 	// At the hard limit (waiting for a cooldown to end) warm cannot help.
-	if s.warm != nil && !src.AtHardLimit(s.cfg.Warm.MaxENIs) && needTrigger(st, src, now, s.processAlive) {
+	if s.warm != nil && !src.AtHardLimit(s.cfg.Warm.MaxENIs) && needTrigger(st, src, now, s.passAlive(src)) {
 		// A start that did not become a pass is not asked of systemd
 		// again: `systemctl start --no-block` succeeds though the unit then
 		// runs nothing (its start limit hit, its condition failing, its
@@ -311,7 +313,7 @@ func (s ec2Source) timedOut(src *pool.EC2, start time.Time, res waitResult) stri
 	}
 	if src.PassPID > 0 && !src.PassStartedAt.IsZero() {
 		state := "still runs"
-		if !s.processAlive(src.PassPID) {
+		if !s.passAlive(src)(src.PassPID) {
 			state = "died without an outcome"
 		}
 		return msg + fmt.Sprintf("; the pass that began at %s (pid %d) %s: check `eni-cni warm` and its log",
@@ -396,15 +398,68 @@ func (s ec2Source) processAlive(pid int) bool {
 	return !zombie(pid)
 }
 
+// passAlive returns whether a process runs the pass marked in src: pid
+// runs (processAlive) and began before the mark (a pass marks itself
+// running after it starts). A process that began after the mark was given
+// the PID of a pass that died since: PIDs wrap (pid_max is 32768 on many
+// kernels, and a busy node forks thousands a minute), and trusting it kept
+// the waiters from starting another pass for passStall, beyond their whole
+// wait. The process's start is on the boot clock and the mark on the wall
+// clock: a wall clock stepped back since the mark makes the process look
+// older (trusted, as before this check), one stepped forward may make a
+// running pass look new, which costs one more start that warm.lock turns
+// away.
+func (s ec2Source) passAlive(src *pool.EC2) func(pid int) bool {
+	return func(pid int) bool {
+		if !s.processAlive(pid) {
+			return false
+		}
+		if s.alive != nil || src.PassStartedAt.IsZero() {
+			return true
+		}
+		age, ok := processAge(pid)
+		return !ok || !time.Now().Add(-age).After(src.PassStartedAt.Add(passStartSlack))
+	}
+}
+
+// passStartSlack covers the resolution of a process's start time (clock
+// ticks) and of the conversion between the clocks.
+const passStartSlack = time.Second
+
 // zombie reports whether /proc says pid has exited and awaits its reaping.
 func zombie(pid int) bool {
+	f, ok := procStat(pid)
+	return ok && len(f) > 0 && f[0] == "Z"
+}
+
+// processAge is how long ago, on the boot clock, process pid began.
+func processAge(pid int) (time.Duration, bool) {
+	f, ok := procStat(pid)
+	// starttime is field 22 of the line, the 20th after the command name,
+	// in clock ticks since boot (USER_HZ, 100 on Linux).
+	if !ok || len(f) < 20 {
+		return 0, false
+	}
+	ticks, err := strconv.ParseUint(f[19], 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return alloc.BootClock() - time.Duration(ticks)*(time.Second/100), true
+}
+
+// procStat returns the fields of /proc/<pid>/stat after the command name
+// (the state first).
+func procStat(pid int) ([]string, bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return false
+		return nil, false
 	}
 	// "pid (comm) S ...": comm may hold spaces and parentheses.
 	i := bytes.LastIndexByte(b, ')')
-	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
+	if i < 0 {
+		return nil, false
+	}
+	return strings.Fields(string(b[i+1:])), true
 }
 
 func (s ec2Source) clock() time.Time {

@@ -380,3 +380,24 @@ func TestDryPoolWarmPIDReused(t *testing.T) {
 		t.Fatalf("ADD whose warm pass was killed and its PID reused: %v", err)
 	}
 }
+
+// TestProcessAge: a process's age from /proc, on the boot clock: a process
+// started now is younger than this test's own.
+func TestProcessAge(t *testing.T) {
+	self, ok := processAge(os.Getpid())
+	if !ok || self < 0 {
+		t.Fatalf("own age: %s %v", self, ok)
+	}
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	young, ok := processAge(cmd.Process.Pid)
+	if !ok || young < -passStartSlack || young > 5*time.Second || young > self+passStartSlack {
+		t.Errorf("a process started now is %s old (ok %v); this test's is %s", young, ok, self)
+	}
+	if _, ok := processAge(1 << 30); ok {
+		t.Error("age of a process that does not exist")
+	}
+}
