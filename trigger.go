@@ -140,15 +140,19 @@ func spawnWarm(cfg *config) (string, error) {
 	return fmt.Sprintf("process %d (eni-cni warm --config %s)", pid, confPath), nil
 }
 
+// openWarmLog opens the log a spawned pass writes to as the plugin's own
+// log is opened (logfile): not through a symlink, which would append root's
+// output wherever it points, and not blocking on a FIFO, which would hang
+// the ADD that starts the pass.
 func openWarmLog(cfg *config) (*os.File, error) {
 	path := cfg.LogFile
 	if path == "" {
 		path = filepath.Join(cfg.StateDir, warmLogName)
-		if fi, err := os.Stat(path); err == nil && fi.Size() > maxWarmLog {
+		if fi, err := os.Lstat(path); err == nil && fi.Mode().IsRegular() && fi.Size() > maxWarmLog {
 			os.Remove(path)
 		}
 	}
-	return os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	return os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
 }
 
 // writeIfChanged replaces path with data (temporary file and rename) unless
