@@ -172,3 +172,43 @@ func hasRuleTo(t *testing.T, n *node, ip netip.Addr) bool {
 	}
 	return false
 }
+
+// TestDelStalledUnderTheLockIsNamed: DEL now unroutes under the state lock,
+// so a DEL stuck there (netlink stalled, the process stopped) holds every
+// other call of the store. They must wait no longer than
+// lockTimeoutSeconds and fail with code 11 naming the lock file and the
+// stuck DEL's PID, so that an operator can find it; nothing they do is
+// half-made, and the DEL, once it goes on, finishes. STATUS, which reads
+// without the lock, still answers.
+func TestDelStalledUnderTheLockIsNamed(t *testing.T) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := buildFaultBinary(t, root)
+	n := newNode(t)
+	w := &walkWorld{
+		bin: bin, node: n, cri: crifake.Start(t),
+		nw:      newNetwork(t, n, "1.1.0", []string{"10.99.0.0/29"}, map[string]any{"lockTimeoutSeconds": 2}),
+		exp:     expectation{alive: map[*pod]netip.Addr{}},
+		results: map[*pod][]byte{},
+	}
+	dead, waiter := newPod(t, "dead"), newPod(t, "waiter")
+	w.mustAdd(t, dead)
+	stalled := startStopped(t, w, dead)
+	pid := stalled.cmd.Process.Pid
+	// STATUS reads without the lock: the node stays Ready.
+	if o := w.nw.run(t, cniEnv("STATUS", nil), w.nw.config(t)); o.exit != 0 {
+		t.Errorf("STATUS behind a stalled DEL: %s", o)
+	}
+	o := w.add(t, waiter)
+	wantCNIError(t, "ADD behind a stalled DEL", o, 11, "timed out waiting for the state lock",
+		filepath.Join(w.nw.stateDir, "state.lock"), "held by pid "+strconv.Itoa(pid))
+	stalled.resume(t)
+	if o := stalled.wait(t); o.exit != 0 {
+		t.Fatalf("the stalled DEL, resumed: %s", o)
+	}
+	w.forget(dead)
+	w.audit(t, "after the stalled DEL and the ADD that timed out", false)
+	w.mustAdd(t, waiter)
+}
