@@ -60,13 +60,33 @@ func (w *ruleWire) Unroute(atts []netsetup.Attachment) error {
 // rules (found by address): an allocation's wiring is never removed once
 // the address belongs to someone else.
 func TestCollectNeverUnroutesAReusedAddress(t *testing.T) {
+	ctx := context.Background()
+	stageReuseRace(t, "gc's teardown of the dead pod",
+		func(p *plugin) error { return p.del(ctx, att("dead").Key) },
+		func(p *plugin) error {
+			live := gc.FromSandboxes([]gc.Sandbox{{ID: "alive", Ready: true}})
+			_, err := p.collect(ctx, live, gc.Options{Grace: 10 * time.Minute, RefuseEmpty: true}, false, &fakeHost{})
+			return err
+		})
+}
+
+// stageReuseRace stages the race of an address given to a new pod while
+// the one who frees its old attachment is stalled: pods "alive" and "dead"
+// on a pool of two addresses, both old; stalled (gc, a DEL) is held just
+// before its first unroute while release frees "dead" another way (nil:
+// stalled itself has), the cooldown passes and "new" is added — in the
+// background if stalled holds the state lock there. Then the new pod must
+// have the dead pod's address and its rules and wiring must be intact.
+func stageReuseRace(t *testing.T, stalledName string, release, stalled func(p *plugin) error) {
+	t.Helper()
+	ctx := context.Background()
 	p, fw, s := newTestPlugin(t, "10.99.0.0/30") // two addresses: .1 and .2
 	w := &ruleWire{fakeWire: fw, rules: map[netip.Addr]string{}}
 	p.wire = w
 	var mu sync.Mutex
 	boot := 10 * time.Hour
 	p.mgr.Boot = func() time.Duration { mu.Lock(); defer mu.Unlock(); return boot }
-	ctx := context.Background()
+	p.mgr.LockTimeout = time.Minute
 	for _, cid := range []string{"alive", "dead"} {
 		if _, err := p.add(ctx, att(cid)); err != nil {
 			t.Fatal(err)
@@ -82,14 +102,11 @@ func TestCollectNeverUnroutesAReusedAddress(t *testing.T) {
 	}
 	deadIP := allocationOf(t, s, "dead").IP
 
-	// gc is stalled just before its first unroute; the runtime goes on.
-	// If gc holds the state lock there, the runtime's calls wait for it
-	// instead (in the background, collected after gc).
 	var racerErr error
 	racerDone := make(chan struct{})
 	racer := func() {
 		defer close(racerDone)
-		if racerErr = p.del(ctx, att("dead").Key); racerErr != nil {
+		if racerErr = release(p); racerErr != nil {
 			return
 		}
 		mu.Lock()
@@ -97,12 +114,11 @@ func TestCollectNeverUnroutesAReusedAddress(t *testing.T) {
 		mu.Unlock()
 		_, racerErr = p.add(ctx, att("new"))
 	}
-	p.mgr.LockTimeout = time.Minute
 	w.beforeUnroute = func() {
 		try, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		defer cancel()
 		if err := s.Lock(try); err != nil {
-			go racer() // gc holds the lock
+			go racer() // the stalled one holds the lock
 			return
 		}
 		if err := s.Unlock(); err != nil {
@@ -110,8 +126,7 @@ func TestCollectNeverUnroutesAReusedAddress(t *testing.T) {
 		}
 		racer()
 	}
-	live := gc.FromSandboxes([]gc.Sandbox{{ID: "alive", Ready: true}})
-	if _, err := p.collect(ctx, live, gc.Options{Grace: 10 * time.Minute, RefuseEmpty: true}, false, &fakeHost{}); err != nil {
+	if err := stalled(p); err != nil {
 		t.Fatal(err)
 	}
 	<-racerDone
@@ -122,11 +137,17 @@ func TestCollectNeverUnroutesAReusedAddress(t *testing.T) {
 	if a.IP != deadIP {
 		t.Fatalf("the new pod got %s, not the dead pod's %s: the race was not staged", a.IP, deadIP)
 	}
-	if got := w.rules[a.IP]; got != a.HostVeth {
-		t.Errorf("the rules of %s (new pod, veth %s) were deleted by gc's teardown of the dead pod (rules now: %v)", a.IP, a.HostVeth, w.rules)
+	w.rmu.Lock()
+	got, rules := w.rules[a.IP], fmtRules(w.rules)
+	w.rmu.Unlock()
+	if got != a.HostVeth {
+		t.Errorf("the rules of %s (new pod, veth %s) were deleted by %s (rules now: %s)", a.IP, a.HostVeth, stalledName, rules)
 	}
 	if _, err := w.Check(netsetup.Pod{HostVeth: a.HostVeth, IP: a.IP}); err != nil {
 		t.Errorf("the new pod's wiring is gone: %v", err)
+	}
+	if st, err := s.Load(); err != nil || len(st.Allocations) != 2 {
+		t.Errorf("want 2 allocations (alive, new), got %v (%v)", st, err)
 	}
 }
 
