@@ -2,8 +2,8 @@ package ec2
 
 import (
 	"context"
+	"errors"
 	"net/netip"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -270,38 +270,58 @@ func TestNoManageENIIsLeftAlone(t *testing.T) {
 }
 
 // killAt plays a pass killed at the moment it calls an EC2 action: the
-// goroutine running the pass ends there, as the process would, without
-// any of its cleanup.
+// call never returns while the test runs, so the pass does nothing after
+// it, as the process would not, and none of its cleanup runs. (The pass
+// runs the creations of ENIs on goroutines of their own: ending just the
+// calling goroutine would not stop the pass.) At the test's end the call
+// fails and the stalled pass runs out.
 type killAt struct {
 	API
 	action string
+	hit    chan struct{} // closed when the pass reaches the call
+	stall  chan struct{} // closed at the test's end
+	once   *sync.Once
 }
+
+func newKillAt(api API, action string) killAt {
+	return killAt{API: api, action: action, hit: make(chan struct{}), stall: make(chan struct{}), once: &sync.Once{}}
+}
+
+var errKilled = errors.New("killed")
 
 func (k killAt) AttachNetworkInterface(ctx context.Context, in *ec2.AttachNetworkInterfaceInput, o ...func(*ec2.Options)) (*ec2.AttachNetworkInterfaceOutput, error) {
 	if k.action == "AttachNetworkInterface" {
-		runtime.Goexit()
+		k.once.Do(func() { close(k.hit) })
+		<-k.stall
+		return nil, errKilled
 	}
 	return k.API.AttachNetworkInterface(ctx, in, o...)
 }
 
-func (e *env) killedPass(t *testing.T, api API) {
+func (e *env) killedPass(t *testing.T, k killAt) {
 	t.Helper()
-	w := *e.w
-	w.API = api
-	var wg sync.WaitGroup
-	wg.Add(1)
+	w := &Warmer{Mgr: e.w.Mgr, API: k, MD: e.w.MD, Host: e.w.Host, Cfg: e.w.Cfg, Out: e.w.Out, Log: e.w.Log, Now: e.w.Now}
+	done := make(chan struct{})
 	go func() {
-		defer wg.Done()
+		defer close(done)
 		_ = w.Run(context.Background())
 	}()
-	wg.Wait()
+	t.Cleanup(func() {
+		close(k.stall)
+		<-done
+	})
+	select {
+	case <-k.hit:
+	case <-done:
+		t.Fatalf("the pass ended without calling %s", k.action)
+	}
 }
 
 func TestPassKilledBetweenCreateAndAttach(t *testing.T) {
 	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 5})
 	e.warm(t)
 	e.addPods(t, 5)
-	e.killedPass(t, killAt{e.w.API, "AttachNetworkInterface"})
+	e.killedPass(t, newKillAt(e.w.API, "AttachNetworkInterface"))
 	var created ec2fake.ENI
 	for _, en := range e.fake.ENIs() {
 		if en.Status == "available" {

@@ -18,7 +18,7 @@ import (
 // they do not start another meanwhile. Nothing is written when nobody
 // waits: a quiet node's passes write nothing.
 func (w *Warmer) markStarted(ctx context.Context) error {
-	return w.Mgr.Update(ctx, func(st *alloc.State) (bool, error) {
+	return w.mgrUpdate(ctx, func(st *alloc.State) (bool, error) {
 		if st.Waiting(w.now()) == 0 {
 			return false, nil
 		}
@@ -42,7 +42,7 @@ func (w *Warmer) recordOutcome(ctx context.Context, short bool, passErr error) e
 	saved := false
 	// Recorded even when the pass ran out of time: waiters need it most
 	// then.
-	err := w.Mgr.Update(context.WithoutCancel(ctx), func(st *alloc.State) (bool, error) {
+	err := w.mgrUpdate(context.WithoutCancel(ctx), func(st *alloc.State) (bool, error) {
 		if st.Waiting(now) == 0 && (st.EC2 == nil || st.EC2.PassStartedAt.IsZero()) {
 			return false, nil
 		}

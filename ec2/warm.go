@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -68,6 +69,13 @@ type Warmer struct {
 	Log  *slog.Logger // optional; warnings also go here
 	Now  func() time.Time
 
+	// A pass creates the ENIs a burst needs concurrently (eni.go), so
+	// what the pass shares is guarded. storeMu serializes the pass's own
+	// store transactions: a DiskStore holds one flock at a time, and the
+	// file lock itself only orders processes. mu guards wakePending and
+	// the writes to Out.
+	storeMu sync.Mutex
+	mu      sync.Mutex
 	// wakePending: addresses were recorded and waiting ADDs not yet woken
 	// (wake is deferred to the pass's next EC2 call or its end, so that
 	// the woken ADDs queue for the lock while warm waits for EC2, not
@@ -84,7 +92,10 @@ func (w *Warmer) now() time.Time {
 
 func (w *Warmer) say(format string, args ...any) {
 	if w.Out != nil {
-		fmt.Fprintf(w.Out, "warm: "+format+"\n", args...)
+		line := fmt.Sprintf("warm: "+format+"\n", args...)
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		_, _ = io.WriteString(w.Out, line)
 	}
 }
 
@@ -108,7 +119,7 @@ type view struct {
 
 func (w *Warmer) snapshot(ctx context.Context) (*view, error) {
 	var v view
-	err := w.Mgr.Update(ctx, func(st *alloc.State) (bool, error) {
+	err := w.mgrUpdate(ctx, func(st *alloc.State) (bool, error) {
 		v = view{st: st, src: section(st), counts: w.Mgr.Counts(st)}
 		return false, nil
 	})
@@ -127,7 +138,17 @@ func section(st *alloc.State) *pool.EC2 {
 // lock, and saves only if fn changed the section: a pass with nothing to
 // do writes nothing.
 func (w *Warmer) update(ctx context.Context, fn func(*alloc.State, *pool.EC2) error) error {
+	w.storeMu.Lock()
+	defer w.storeMu.Unlock()
 	return updateSection(ctx, w.Mgr, fn)
+}
+
+// mgrUpdate is the pass's way to the store: one transaction at a time
+// (see storeMu).
+func (w *Warmer) mgrUpdate(ctx context.Context, fn func(*alloc.State) (bool, error)) error {
+	w.storeMu.Lock()
+	defer w.storeMu.Unlock()
+	return w.Mgr.Update(ctx, fn)
 }
 
 func updateSection(ctx context.Context, mgr *alloc.Manager, fn func(*alloc.State, *pool.EC2) error) error {
@@ -327,7 +348,7 @@ func (w *Warmer) fill(ctx context.Context) (short bool, err error) {
 			w.say("pool short by %d addresses: all %d ENIs are full (limit %d)", need, len(v.src.ENIs), w.maxENIs(v.src))
 			return true, nil
 		}
-		if err := w.createENI(ctx, v.src, need); err != nil {
+		if err := w.createENIs(ctx, v.src, need); err != nil {
 			return false, err
 		}
 	}
@@ -402,15 +423,25 @@ func (w *Warmer) assign(ctx context.Context, e pool.ENI, need, room int) error {
 	fault.Point("warm:after-record")
 	if err == nil {
 		w.say("assigned %d addresses to %s (%s)", n, e.ID, describe(ips, prefixes))
-		w.wakePending = true
+		w.recorded()
 	}
 	return err
+}
+
+// recorded notes that addresses were recorded: waiting ADDs are woken at
+// the pass's next EC2 call or its end.
+func (w *Warmer) recorded() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.wakePending = true
 }
 
 // wake tells ADDs waiting on a dry pool to look again. Best effort: they
 // also look on their own every few seconds.
 func (w *Warmer) wake() {
+	w.mu.Lock()
 	w.wakePending = false
+	w.mu.Unlock()
 	if err := w.Mgr.Wake(); err != nil {
 		w.say("warning: %v", err)
 	}
@@ -419,7 +450,10 @@ func (w *Warmer) wake() {
 // flushWake wakes waiting ADDs if addresses were recorded since the last
 // wake.
 func (w *Warmer) flushWake() {
-	if w.wakePending {
+	w.mu.Lock()
+	pending := w.wakePending
+	w.mu.Unlock()
+	if pending {
 		w.wake()
 	}
 }

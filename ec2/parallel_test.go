@@ -1,0 +1,244 @@
+package ec2
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+
+	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/ec2/ec2fake"
+	"github.com/eni-cni/eni-cni/ec2/pool"
+)
+
+// scaledLatency is the realistic profile at a fifth of its times: the
+// calls still take long enough to tell overlapping ones from sequential
+// ones, and a burst's pass takes about a second.
+func scaledLatency() *ec2fake.Latency {
+	l := ec2fake.RealisticLatency()
+	for k, d := range l.Calls {
+		l.Calls[k] = d / 5
+	}
+	l.LinkDelay /= 5
+	l.IMDSLag /= 5
+	return &l
+}
+
+// onDisk puts the env's store on disk, as on a node: the DiskStore holds
+// one flock at a time, so the pass's concurrent creations must take turns
+// at it (the MemStore would not notice).
+func (e *env) onDisk(t *testing.T) {
+	t.Helper()
+	d, err := alloc.NewDiskStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.mgr.Store = d
+	e.st = nil
+}
+
+// span is when one EC2 call was under way, as the client saw it.
+type span struct{ start, end time.Time }
+
+// timedAPI records when each CreateNetworkInterface call starts and ends.
+type timedAPI struct {
+	API
+	mu      sync.Mutex
+	creates []span
+}
+
+func (a *timedAPI) CreateNetworkInterface(ctx context.Context, in *ec2.CreateNetworkInterfaceInput, o ...func(*ec2.Options)) (*ec2.CreateNetworkInterfaceOutput, error) {
+	s := span{start: time.Now()}
+	out, err := a.API.CreateNetworkInterface(ctx, in, o...)
+	s.end = time.Now()
+	a.mu.Lock()
+	a.creates = append(a.creates, s)
+	a.mu.Unlock()
+	return out, err
+}
+
+// allOverlap: there is a moment when every call was under way.
+func allOverlap(spans []span) bool {
+	if len(spans) == 0 {
+		return false
+	}
+	lastStart, firstEnd := spans[0].start, spans[0].end
+	for _, s := range spans[1:] {
+		lastStart = later(lastStart, s.start)
+		if s.end.Before(firstEnd) {
+			firstEnd = s.end
+		}
+	}
+	return lastStart.Before(firstEnd)
+}
+
+// spans shows calls as start–end offsets from the first start.
+func spans(ss []span) string {
+	var parts []string
+	for _, s := range ss {
+		t0 := ss[0].start
+		parts = append(parts, fmt.Sprintf("%v–%v", s.start.Sub(t0).Round(time.Millisecond), s.end.Sub(t0).Round(time.Millisecond)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func deviceNumbers(src *pool.EC2) []int {
+	var out []int
+	for _, e := range src.ENIs {
+		out = append(out, e.DeviceNumber)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestWarmCreatesENIsConcurrently: 58 ADDs waiting on a fresh m5.xlarge
+// (4 ENIs x 14 secondaries) need three new ENIs. The pass creates them at
+// once: the three CreateNetworkInterface calls are under way together.
+// All 56 addresses are recorded, the ENIs hold distinct device indexes
+// 1, 2 and 3, each was set up on the node, and no pending record or dirty
+// mark is left.
+func TestWarmCreatesENIsConcurrently(t *testing.T) {
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge", Latency: scaledLatency()}, pool.WarmConfig{WarmIPTarget: 5})
+	e.onDisk(t)
+	api := &timedAPI{API: e.w.API}
+	e.w.API = api
+	e.demand(t, 58, time.Minute)
+	e.warm(t)
+	if len(api.creates) != 3 {
+		t.Fatalf("%d CreateNetworkInterface calls, want 3\n%s", len(api.creates), e.out)
+	}
+	if !allOverlap(api.creates) {
+		t.Errorf("the three CreateNetworkInterface calls did not overlap: %s", spans(api.creates))
+	}
+	c, _, src := e.counts(t)
+	if c.Total != 56 || len(src.ENIs) != 4 {
+		t.Fatalf("pool %+v on %d ENIs, want 56 on 4\n%s", c, len(src.ENIs), e.out)
+	}
+	if got := deviceNumbers(src); !slices.Equal(got, []int{0, 1, 2, 3}) {
+		t.Errorf("device indexes %v, want 0 1 2 3", got)
+	}
+	for _, en := range src.ENIs[1:] {
+		if en.Secondary != 14 || !en.Created || !en.DeleteOnTermination || en.AttachmentID == "" {
+			t.Errorf("created ENI recorded as %+v", en)
+		}
+	}
+	if len(src.Pending) != 0 || src.Dirty {
+		t.Errorf("pending %+v, dirty %v after the pass", src.Pending, src.Dirty)
+	}
+	if n := e.fake.Calls()["AssignPrivateIpAddresses"]; n != 1 {
+		t.Errorf("AssignPrivateIpAddresses called %d times, want 1 (the primary ENI's)", n)
+	}
+	if o := src.LastPass; o == nil || o.Result != pool.PassInstanceLimit {
+		t.Errorf("outcome %+v, want %s", o, pool.PassInstanceLimit)
+	}
+	e.host.mu.Lock()
+	setup := slices.Clone(e.host.setup)
+	e.host.mu.Unlock()
+	if len(setup) != 3 {
+		t.Errorf("ENIs set up on the node: %v, want the 3 new ones", setup)
+	}
+	e.assertStoreIsEC2(t)
+}
+
+// TestWarmENIBatchOneFails: one of the three creations of a burst's pass
+// fails. The other two finish and are recorded, the pass reports the
+// failure, and the next pass settles what the failed one left and creates
+// the third ENI.
+func TestWarmENIBatchOneFails(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		breaks func(*ec2fake.Server)
+		// pending: the failed creation leaves a pending record for the
+		// next pass (EC2 may hold, or holds, an ENI the store does not).
+		pending bool
+		msg     string
+	}{
+		{"create refused", func(f *ec2fake.Server) {
+			f.InjectFault("CreateNetworkInterface", ec2fake.Fault{Code: "InsufficientFreeAddressesInSubnet", Times: 1})
+		}, false, "InsufficientFreeAddressesInSubnet"},
+		{"create reply lost", func(f *ec2fake.Server) {
+			f.InjectFault("CreateNetworkInterface", ec2fake.Fault{Code: "InternalError", Times: 1})
+		}, true, "InternalError"},
+		{"attach and delete fail", func(f *ec2fake.Server) {
+			f.InjectFault("AttachNetworkInterface", ec2fake.Fault{Code: "InvalidParameterValue", Times: 1})
+			// Twice: the pass's own settling, after the fill, fails too.
+			f.InjectFault("DeleteNetworkInterface", ec2fake.Fault{Code: "UnauthorizedOperation", Times: 2})
+		}, true, "InvalidParameterValue"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge", Latency: scaledLatency()}, pool.WarmConfig{WarmIPTarget: 5})
+			e.onDisk(t)
+			// No SDK retries: the one fault is the call's answer.
+			e.w.API = NewAPI(e.fake.URL(), "us-east-1", NewMetadataClient(e.fake.URL()), func(o *ec2.Options) { o.RetryMaxAttempts = 1 })
+			e.demand(t, 58, 25*time.Second)
+			tc.breaks(e.fake)
+			err := e.w.Run(context.Background())
+			if err == nil || !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("pass with one creation failing: %v, want %s\n%s", err, tc.msg, e.out)
+			}
+			c, _, src := e.counts(t)
+			if len(src.ENIs) != 3 || c.Total != 42 {
+				t.Fatalf("pool %+v on %d ENIs, want the other two ENIs recorded (42 addresses on 3)\n%s", c, len(src.ENIs), e.out)
+			}
+			if got := len(src.Pending); (got == 1) != tc.pending || got > 1 {
+				t.Errorf("pending %+v, want one for the failed creation: %v", src.Pending, tc.pending)
+			}
+			if tc.pending && !src.Dirty {
+				t.Error("a creation that may have changed EC2 left no dirty mark")
+			}
+			if o := src.LastPass; o == nil || !strings.Contains(o.Message, tc.msg) {
+				t.Errorf("outcome %+v, want the failure for the waiting ADDs", o)
+			}
+
+			// The next pass, once any ENI the failed creation may have
+			// made is old enough to be swept: the ADDs waited in vain,
+			// their kubelet tries again.
+			e.now = e.now.Add(leakAge + time.Minute)
+			e.demand(t, 58, 25*time.Second)
+			e.warm(t)
+			c, _, src = e.counts(t)
+			if len(src.ENIs) != 4 || c.Total != 56 {
+				t.Errorf("after the next pass: pool %+v on %d ENIs, want 56 on 4\n%s", c, len(src.ENIs), e.out)
+			}
+			if got := deviceNumbers(src); !slices.Equal(got, []int{0, 1, 2, 3}) {
+				t.Errorf("device indexes %v, want 0 1 2 3", got)
+			}
+			if len(src.Pending) != 0 || src.Dirty {
+				t.Errorf("after the next pass: pending %+v, dirty %v", src.Pending, src.Dirty)
+			}
+			if n := len(e.fake.ENIs()); n != 4 {
+				t.Errorf("EC2 holds %d ENIs, want 4 (none left over)", n)
+			}
+			e.assertStoreIsEC2(t)
+		})
+	}
+}
+
+// TestWarmCreatesOnlyWhatIsNeeded: a need that one new ENI covers creates
+// one, and maxENIs bounds a batch.
+func TestWarmCreatesOnlyWhatIsNeeded(t *testing.T) {
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge"}, pool.WarmConfig{WarmIPTarget: 5, MaxENIs: 3})
+	e.demand(t, 20, time.Minute) // 14 on the primary, 11 on one more
+	e.warm(t)
+	if n := e.fake.Calls()["CreateNetworkInterface"]; n != 1 {
+		t.Errorf("%d creates for a need one ENI covers", n)
+	}
+	e.demand(t, 40, time.Minute)
+	e.warm(t)
+	_, _, src := e.counts(t)
+	if n := e.fake.Calls()["CreateNetworkInterface"]; n != 2 || len(src.ENIs) != 3 {
+		t.Errorf("%d creates, %d ENIs with maxENIs 3", n, len(src.ENIs))
+	}
+}
