@@ -36,7 +36,7 @@ import (
 // occurrence, then follow up.
 type walkCase struct {
 	hit  int
-	kind string // add, add-repair, add-undo, del, gc, warm-fill, warm-resync, warm-eni, warm-trim
+	kind string // add, add-repair, add-undo, del, gc, warm-fill, warm-resync, warm-eni, warm-eni-late, warm-enis, warm-trim
 }
 
 // walkPlan maps each crash point to its cases. Generic points (the save,
@@ -61,16 +61,19 @@ var walkPlan = map[string][]walkCase{
 	"gc:after-veths":            {{1, "gc"}},
 	"gc:after-release":          {{1, "gc"}},
 	// warm
-	"warm:after-dirty-mark":             {{1, "warm-fill"}},
-	"warm:after-assign-before-record":   {{1, "warm-fill"}},
-	"warm:after-record":                 {{1, "warm-fill"}},
-	"warm:resync-after-describe":        {{1, "warm-resync"}},
-	"warm:after-pending-mark":           {{1, "warm-eni-late"}},
-	"warm:after-create-before-note":     {{1, "warm-eni-late"}},
-	"warm:after-create-before-attach":   {{1, "warm-eni"}},
-	"warm:after-attach-before-dot":      {{1, "warm-eni"}},
-	"warm:after-attach-before-record":   {{1, "warm-eni"}},
-	"warm:after-record-eni":             {{1, "warm-eni"}},
+	"warm:after-dirty-mark":           {{1, "warm-fill"}},
+	"warm:after-assign-before-record": {{1, "warm-fill"}},
+	"warm:after-record":               {{1, "warm-fill"}},
+	"warm:resync-after-describe":      {{1, "warm-resync"}},
+	// warm-enis: a pass creating two ENIs at once, killed when the first
+	// or the second of them reaches the point (the other anywhere on its
+	// way).
+	"warm:after-pending-mark":           {{1, "warm-eni-late"}, {1, "warm-enis"}},
+	"warm:after-create-before-note":     {{1, "warm-eni-late"}, {1, "warm-enis"}, {2, "warm-enis"}},
+	"warm:after-create-before-attach":   {{1, "warm-eni"}, {1, "warm-enis"}, {2, "warm-enis"}},
+	"warm:after-attach-before-dot":      {{1, "warm-eni"}, {1, "warm-enis"}, {2, "warm-enis"}},
+	"warm:after-attach-before-record":   {{1, "warm-eni"}, {1, "warm-enis"}, {2, "warm-enis"}},
+	"warm:after-record-eni":             {{1, "warm-eni"}, {1, "warm-enis"}, {2, "warm-enis"}},
 	"warm:after-unusable-mark":          {{1, "warm-trim"}},
 	"warm:after-unassign-before-forget": {{1, "warm-trim"}},
 }
@@ -118,7 +121,7 @@ func TestFaultWalk(t *testing.T) {
 				}
 			case "gc":
 				t.Run(c.kind+"/"+point, func(t *testing.T) { walkGC(t, bin, point) })
-			case "warm-fill", "warm-resync", "warm-eni", "warm-eni-late", "warm-trim":
+			case "warm-fill", "warm-resync", "warm-eni", "warm-eni-late", "warm-enis", "warm-trim":
 				t.Run(c.kind+"/"+point, func(t *testing.T) { walkWarm(t, bin, c.kind, point) })
 			default:
 				t.Fatalf("unknown walk kind %q", c.kind)
@@ -469,8 +472,11 @@ func walkWarm(t *testing.T, bin, kind, point string) {
 	en := newEC2Node(t, ec2fake.Config{})
 	en.primaryLink(t)
 	target := 3
-	if kind == "warm-eni" || kind == "warm-eni-late" {
+	switch kind {
+	case "warm-eni", "warm-eni-late":
 		target = 7 // more than the primary ENI's 5 slots: a second ENI
+	case "warm-enis":
+		target = 12 // the primary's 5, then two ENIs created at once
 	}
 	nw := newEC2Network(t, en, "1.0.0", map[string]any{"warmIPTarget": target}, nil)
 	w := &walkWorld{bin: bin, node: en.node, nw: nw, cri: crifake.Start(t),
@@ -486,9 +492,11 @@ func walkWarm(t *testing.T, bin, kind, point string) {
 	}
 	w.warmAttaching(t, en, point)
 	w.auditStore(t)
-	if kind == "warm-eni-late" {
+	if kind == "warm-eni-late" || kind == "warm-enis" {
 		// The pass died holding a pending ENI record without the ENI's ID
-		// (the Create call's reply never recorded): an ENI it may have
+		// (the Create call's reply never recorded; with two ENIs created at
+		// once, the other's may be in that state wherever the kill came
+		// from): an ENI it may have
 		// created is only looked for once older than the sweep's age, so
 		// that no pass still on its way to attaching one loses it. Let that
 		// time pass.
