@@ -43,8 +43,9 @@ type newENI struct {
 // pass does with the records a dead pass leaves) and its own device
 // index, reserved here. A creation that fails does not stop the others:
 // they finish and are recorded, and the pass reports the failures joined.
-// The fill goes no further after a failed batch (a throttled one in
-// particular: no more calls are fired into the throttle).
+// The fill goes no further after a failed batch, and a throttle met by
+// the batch's Creates is retried by one of them only (throttlegate.go):
+// the batch fires no more calls into it than one creation would.
 func (w *Warmer) createENIs(ctx context.Context, src *pool.EC2, need int) error {
 	batch := w.planENIs(src, need)
 	if err := w.beginCreates(ctx, batch); err != nil {
@@ -53,13 +54,16 @@ func (w *Warmer) createENIs(ctx context.Context, src *pool.EC2, need int) error 
 	fault.Point("warm:after-pending-mark")
 	w.flushWake()
 	in := w.createInput(src)
+	gate := newThrottleGate()
 	results := make([]createResult, len(batch))
 	var wg sync.WaitGroup
 	for i, n := range batch {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = w.createENI(ctx, src, in, n)
+			results[i] = w.createENI(ctx, src, in, n, func(ctx context.Context, in *ec2.CreateNetworkInterfaceInput) (*ec2.CreateNetworkInterfaceOutput, error) {
+				return gate.create(ctx, w.API, in, i)
+			})
 		}()
 	}
 	wg.Wait()
@@ -128,6 +132,9 @@ func (w *Warmer) createInput(src *pool.EC2) ec2.CreateNetworkInterfaceInput {
 	}
 }
 
+// createCall makes a batch's Create call (through its throttleGate).
+type createCall func(context.Context, *ec2.CreateNetworkInterfaceInput) (*ec2.CreateNetworkInterfaceOutput, error)
+
 // createResult is how one creation of a batch ended. clean: it failed
 // leaving EC2 certainly as it was (the Create refused, or the ENI deleted
 // again), and its pending record is gone.
@@ -139,7 +146,7 @@ type createResult struct {
 // createENI creates one ENI of a batch, attaches it at its reserved device
 // index, sets DeleteOnTermination, sets it up on the node and records it.
 // It runs beside the batch's other creations: src is only read.
-func (w *Warmer) createENI(ctx context.Context, src *pool.EC2, shared ec2.CreateNetworkInterfaceInput, n newENI) createResult {
+func (w *Warmer) createENI(ctx context.Context, src *pool.EC2, shared ec2.CreateNetworkInterfaceInput, n newENI, create createCall) createResult {
 	primary, _ := src.PrimaryENI()
 	in := shared
 	in.ClientToken = aws.String(n.token)
@@ -148,7 +155,7 @@ func (w *Warmer) createENI(ctx context.Context, src *pool.EC2, shared ec2.Create
 	} else {
 		in.SecondaryPrivateIpAddressCount = aws.Int32(n.count)
 	}
-	out, err := w.API.CreateNetworkInterface(ctx, &in)
+	out, err := create(ctx, &in)
 	if err != nil {
 		err = fmt.Errorf("create ENI in %s: %w", aws.ToString(in.SubnetId), err)
 		if refusal(err) {

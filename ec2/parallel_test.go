@@ -242,3 +242,64 @@ func TestWarmCreatesOnlyWhatIsNeeded(t *testing.T) {
 		t.Errorf("%d creates, %d ENIs with maxENIs 3", n, len(src.ENIs))
 	}
 }
+
+// TestWarmENIBatchThrottled: EC2 throttles the creations of a batch. One
+// Create is retried as the client retries; the others, throttled too, are
+// not: a batch does not multiply the calls fired into a throttle. Nothing
+// is left pending, the outcome says throttled, and the pass after the
+// throttle creates the ENIs.
+func TestWarmENIBatchThrottled(t *testing.T) {
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge", Latency: scaledLatency()}, pool.WarmConfig{WarmIPTarget: 5})
+	e.onDisk(t)
+	e.w.API = NewAPI(e.fake.URL(), "us-east-1", NewMetadataClient(e.fake.URL()), fastRetry) // 4 attempts
+	e.demand(t, 58, 25*time.Second)
+	e.fake.Throttle("CreateNetworkInterface", 1000)
+	err := e.w.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "RequestLimitExceeded") {
+		t.Fatalf("pass with Create throttled: %v", err)
+	}
+	if n := e.fake.Calls()["CreateNetworkInterface"]; n != 4+2 {
+		t.Errorf("%d CreateNetworkInterface calls into the throttle, want 6 (one call's 4 attempts, the 2 others' first)", n)
+	}
+	c, _, src := e.counts(t)
+	if len(src.ENIs) != 1 || len(src.Pending) != 0 || src.Dirty {
+		t.Errorf("ENIs %d, pending %+v, dirty %v after a throttled batch", len(src.ENIs), src.Pending, src.Dirty)
+	}
+	if o := src.LastPass; o == nil || o.Result != pool.PassThrottled {
+		t.Errorf("outcome %+v, want %s", o, pool.PassThrottled)
+	}
+	if c.Total != 14 {
+		t.Errorf("pool %+v, want the primary ENI's 14", c)
+	}
+	e.fake.ClearFaults()
+	e.now = e.now.Add(10 * time.Second)
+	e.warm(t)
+	if c, _, src = e.counts(t); c.Total != 56 || len(src.ENIs) != 4 {
+		t.Errorf("after the throttle: pool %+v on %d ENIs, want 56 on 4\n%s", c, len(src.ENIs), e.out)
+	}
+	e.assertStoreIsEC2(t)
+}
+
+// TestWarmENIBatchThrottleBlip: EC2 throttles the first attempt of each
+// of the batch's three Creates, then lets calls through. One Create is
+// retried; the other two wait for it and try once more when it got
+// through: all three ENIs are created in the pass, with six calls.
+func TestWarmENIBatchThrottleBlip(t *testing.T) {
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge", Latency: scaledLatency()}, pool.WarmConfig{WarmIPTarget: 5})
+	e.onDisk(t)
+	e.w.API = NewAPI(e.fake.URL(), "us-east-1", NewMetadataClient(e.fake.URL()), fastRetry)
+	e.demand(t, 58, 25*time.Second)
+	e.fake.Throttle("CreateNetworkInterface", 3)
+	e.warm(t)
+	if n := e.fake.Calls()["CreateNetworkInterface"]; n != 3+1+2 {
+		t.Errorf("%d CreateNetworkInterface calls, want 6 (3 throttled, the owner's retry, the 2 others' second)", n)
+	}
+	c, _, src := e.counts(t)
+	if c.Total != 56 || len(src.ENIs) != 4 || len(src.Pending) != 0 || src.Dirty {
+		t.Errorf("pool %+v on %d ENIs, pending %+v, dirty %v", c, len(src.ENIs), src.Pending, src.Dirty)
+	}
+	if got := len(e.fake.ENIs()); got != 4 {
+		t.Errorf("EC2 holds %d ENIs, want 4 (a Create tried again is not a second ENI)", got)
+	}
+	e.assertStoreIsEC2(t)
+}
