@@ -386,8 +386,11 @@ func (w *Warmer) tags(src *pool.EC2) []types.Tag {
 
 // freeSlots is where the next n ENIs go: the default network card (0) and
 // its n lowest device indexes no recorded ENI holds (the primary holds 0).
-// One pass creates at a time (warm.lock) and settles what a dead one left
-// before it creates, so the recorded ENIs are all that hold one.
+// One pass creates at a time (warm.lock), and the dirty mark or a pending
+// record that a dead pass left forces a describe before the fill that
+// records any ENI it attached: the recorded ENIs are all that hold one
+// (an index taken behind eni-cni's back fails that ENI's attach, which
+// deletes it again).
 func freeSlots(src *pool.EC2, n int) []int {
 	used := map[int]bool{}
 	for _, e := range src.ENIs {
