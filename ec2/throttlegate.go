@@ -2,6 +2,7 @@ package ec2
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -19,6 +20,12 @@ import (
 // carried out: each drops its pending record) and the pass reports it. A
 // short throttle thus costs one call's retries, a lasting one does not
 // cost n calls' worth.
+//
+// A throttle ends a call as a refusal (nothing created) only if no
+// earlier attempt of the call may have been carried out: after a 5xx or a
+// lost reply, the throttle that stops the retries says nothing about the
+// ENI the earlier attempt may have made, and its pending record must stay
+// (errUnknownAttempt).
 type throttleGate struct {
 	owner atomic.Int32 // 1 + the index of the call that may retry; 0: none yet
 	once  sync.Once
@@ -30,8 +37,20 @@ func newThrottleGate() *throttleGate { return &throttleGate{done: make(chan stru
 
 // create makes the batch's i-th Create call through the gate.
 func (g *throttleGate) create(ctx context.Context, api API, in *ec2.CreateNetworkInterfaceInput, i int) (*ec2.CreateNetworkInterfaceOutput, error) {
-	id := int32(i) + 1
-	out, err := api.CreateNetworkInterface(ctx, in, g.option(id))
+	var unknown atomic.Bool
+	out, err := g.call(ctx, api, in, int32(i)+1, &unknown)
+	if err != nil && unknown.Load() && refusal(err) {
+		err = errors.Join(err, errUnknownAttempt)
+	}
+	return out, err
+}
+
+// errUnknownAttempt: an earlier attempt of a call that ended in a refusal
+// may have been carried out, so the call is no refusal.
+var errUnknownAttempt = errors.New("an earlier attempt may have been carried out")
+
+func (g *throttleGate) call(ctx context.Context, api API, in *ec2.CreateNetworkInterfaceInput, id int32, unknown *atomic.Bool) (*ec2.CreateNetworkInterfaceOutput, error) {
+	out, err := api.CreateNetworkInterface(ctx, in, g.option(id, unknown))
 	if g.owner.Load() == id {
 		g.once.Do(func() {
 			g.ok = err == nil
@@ -50,14 +69,14 @@ func (g *throttleGate) create(ctx context.Context, api API, in *ec2.CreateNetwor
 	if !g.ok {
 		return out, err
 	}
-	return api.CreateNetworkInterface(ctx, in, g.option(id))
+	return api.CreateNetworkInterface(ctx, in, g.option(id, unknown))
 }
 
 // option gives the call the gated retryer.
-func (g *throttleGate) option(id int32) func(*ec2.Options) {
+func (g *throttleGate) option(id int32, unknown *atomic.Bool) func(*ec2.Options) {
 	return func(o *ec2.Options) {
 		if base, ok := o.Retryer.(aws.RetryerV2); ok {
-			o.Retryer = gatedRetryer{RetryerV2: base, gate: g, id: id}
+			o.Retryer = gatedRetryer{RetryerV2: base, gate: g, id: id, unknown: unknown}
 		}
 	}
 }
@@ -66,11 +85,15 @@ func (g *throttleGate) option(id int32) func(*ec2.Options) {
 // first call to meet the throttle becomes it).
 type gatedRetryer struct {
 	aws.RetryerV2
-	gate *throttleGate
-	id   int32
+	gate    *throttleGate
+	id      int32
+	unknown *atomic.Bool // an attempt of the call failed without a refusal
 }
 
 func (r gatedRetryer) IsErrorRetryable(err error) bool {
+	if !refusal(err) {
+		r.unknown.Store(true)
+	}
 	if isThrottle(err) && !r.gate.owner.CompareAndSwap(0, r.id) && r.gate.owner.Load() != r.id {
 		return false
 	}

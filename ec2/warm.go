@@ -273,6 +273,9 @@ func (w *Warmer) refused(ctx context.Context, err error) error {
 // timeout, a connection lost mid-call, a 5xx such as InternalError, after
 // which EC2 may have carried the request out) may hide a change.
 func refusal(err error) bool {
+	if errors.Is(err, errUnknownAttempt) {
+		return false
+	}
 	var api smithy.APIError
 	var op *net.OpError
 	var resp *smithyhttp.ResponseError
