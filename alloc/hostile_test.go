@@ -235,12 +235,7 @@ func TestSaveWriteErrors(t *testing.T) {
 			if !bytes.Equal(before, after) {
 				t.Error("state changed although the save failed")
 			}
-			entries, _ := os.ReadDir(dir)
-			for _, e := range entries {
-				if strings.Contains(e.Name(), ".tmp-") {
-					t.Errorf("temporary file %s left behind", e.Name())
-				}
-			}
+			assertNoTempFiles(t, dir)
 		})
 	}
 }
