@@ -2,27 +2,15 @@ package snat
 
 import (
 	"net/netip"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 )
 
 func TestPresentAndRemoveTakeOnlyOurs(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: iptables in a network namespace")
-	}
-	if _, err := exec.LookPath("iptables"); err != nil {
-		t.Fatal("iptables not installed (scripts/install-test-deps.sh)")
-	}
-	node, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { node.Close(); testutils.UnmountNS(node) })
+	node := iptablesNS(t)
 	ipt := func(args ...string) string {
 		out, err := exec.Command("iptables", args...).CombinedOutput()
 		if err != nil {
@@ -30,7 +18,7 @@ func TestPresentAndRemoveTakeOnlyOurs(t *testing.T) {
 		}
 		return string(out)
 	}
-	err = node.Do(func(ns.NetNS) error {
+	err := node.Do(func(ns.NetNS) error {
 		if ok, err := Present(); err != nil || ok {
 			t.Fatalf("fresh namespace: present=%v err=%v", ok, err)
 		}

@@ -12,17 +12,7 @@ import (
 )
 
 func TestEnsureIdempotentAndRepairs(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: iptables in a network namespace")
-	}
-	if _, err := exec.LookPath("iptables"); err != nil {
-		t.Fatal("iptables not installed (scripts/install-test-deps.sh)")
-	}
-	node, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { node.Close(); testutils.UnmountNS(node) })
+	node := iptablesNS(t)
 	vpc := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16"), netip.MustParsePrefix("100.64.0.0/16")}
 	primary := netip.MustParseAddr("10.0.0.10")
 	spec := Spec{VPCCIDRs: vpc, PodNets: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/20")},
@@ -34,7 +24,7 @@ func TestEnsureIdempotentAndRepairs(t *testing.T) {
 		}
 		return string(out)
 	}
-	err = node.Do(func(ns.NetNS) error {
+	err := node.Do(func(ns.NetNS) error {
 		if changed, err := Ensure(spec); err != nil || !changed {
 			t.Fatalf("first Ensure: changed=%v err=%v", changed, err)
 		}
@@ -93,4 +83,22 @@ func TestEnsureRefusesMissingFacts(t *testing.T) {
 			t.Errorf("%s accepted", name)
 		}
 	}
+}
+
+// iptablesNS is a network namespace for the test's iptables rules (skips
+// without root; fails without iptables, which make test installs).
+func iptablesNS(t *testing.T) ns.NetNS {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: iptables in a network namespace")
+	}
+	if _, err := exec.LookPath("iptables"); err != nil {
+		t.Fatal("iptables not installed (scripts/install-test-deps.sh)")
+	}
+	node, err := testutils.NewNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { node.Close(); testutils.UnmountNS(node) })
+	return node
 }
