@@ -565,10 +565,9 @@ func (en *ec2Node) linkNames() map[string]bool {
 	return out
 }
 
-// agePending moves the pending ENI records, the last leak sweep and the
-// creation tags of the ENIs eni-cni created d into the past. Only while no
-// plugin runs.
-func agePending(t *testing.T, nw *network, en *ec2Node, d time.Duration) {
+// editEC2Section rewrites the store's ec2 section through fn (its fields
+// as raw JSON). Only while no plugin runs.
+func editEC2Section(t *testing.T, nw *network, fn func(section map[string]json.RawMessage)) {
 	t.Helper()
 	var st map[string]json.RawMessage
 	if err := json.Unmarshal(nw.stateBytes(t), &st); err != nil {
@@ -578,23 +577,33 @@ func agePending(t *testing.T, nw *network, en *ec2Node, d time.Duration) {
 	if err := json.Unmarshal(st["ec2"], &section); err != nil {
 		t.Fatal(err)
 	}
-	var pending []map[string]any
-	if raw, ok := section["pending"]; ok {
-		if err := json.Unmarshal(raw, &pending); err != nil {
-			t.Fatal(err)
-		}
-	}
-	back := time.Now().Add(-d).UTC()
-	for _, p := range pending {
-		p["since"] = back.Format(time.RFC3339Nano)
-	}
-	section["pending"], _ = json.Marshal(pending)
-	section["lastSweep"], _ = json.Marshal(back)
+	fn(section)
 	st["ec2"], _ = json.Marshal(section)
 	out, _ := json.Marshal(st)
 	if err := os.WriteFile(nw.statePath(), out, 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// agePending moves the pending ENI records, the last leak sweep and the
+// creation tags of the ENIs eni-cni created d into the past. Only while no
+// plugin runs.
+func agePending(t *testing.T, nw *network, en *ec2Node, d time.Duration) {
+	t.Helper()
+	back := time.Now().Add(-d).UTC()
+	editEC2Section(t, nw, func(section map[string]json.RawMessage) {
+		var pending []map[string]any
+		if raw, ok := section["pending"]; ok {
+			if err := json.Unmarshal(raw, &pending); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, p := range pending {
+			p["since"] = back.Format(time.RFC3339Nano)
+		}
+		section["pending"], _ = json.Marshal(pending)
+		section["lastSweep"], _ = json.Marshal(back)
+	})
 	for _, e := range en.fake.ENIs() {
 		if e.Tags["eni-cni/created-at"] != "" {
 			if err := en.fake.TagENI(e.ID, map[string]string{"eni-cni/created-at": back.Format(time.RFC3339)}); err != nil {
@@ -608,25 +617,14 @@ func agePending(t *testing.T, nw *network, en *ec2Node, d time.Duration) {
 // trim may give them back. Only while no plugin runs.
 func backdatePool(t *testing.T, nw *network, d time.Duration) {
 	t.Helper()
-	var st map[string]json.RawMessage
-	if err := json.Unmarshal(nw.stateBytes(t), &st); err != nil {
-		t.Fatal(err)
-	}
-	var section map[string]json.RawMessage
-	if err := json.Unmarshal(st["ec2"], &section); err != nil {
-		t.Fatal(err)
-	}
-	var addrs []map[string]any
-	if err := json.Unmarshal(section["addrs"], &addrs); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range addrs {
-		p["addedAt"] = time.Now().Add(-d).UTC().Format(time.RFC3339Nano)
-	}
-	section["addrs"], _ = json.Marshal(addrs)
-	st["ec2"], _ = json.Marshal(section)
-	out, _ := json.Marshal(st)
-	if err := os.WriteFile(nw.statePath(), out, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	editEC2Section(t, nw, func(section map[string]json.RawMessage) {
+		var addrs []map[string]any
+		if err := json.Unmarshal(section["addrs"], &addrs); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range addrs {
+			p["addedAt"] = time.Now().Add(-d).UTC().Format(time.RFC3339Nano)
+		}
+		section["addrs"], _ = json.Marshal(addrs)
+	})
 }
