@@ -420,19 +420,30 @@ case_sandbox_recreated() {
 	pass "2 sandboxes killed, 2 recreated by kubelet; 3 ADDs, old addresses freed, one address for the pod"
 }
 
-case_burst() {
-	begin burst-$BURST-ready
-	local names=() i out t0 last p50 ips n
-	for ((i = 0; i < BURST; i++)); do names+=("$(printf 'burst-%02d' "$i")"); done
+# burst_ready PREFIX TIMEOUT: BURST static pods PREFIX-00.. written at once
+# must all be Ready within TIMEOUT s with distinct addresses and no failed
+# ADD (warmed first, or each ADD waiting for its warm pass on a dry ec2
+# pool: no sandbox creation failed and was retried by kubelet). Sets
+# BURST_OUT (watch_ready's lines), BURST_LAST and BURST_P50 (seconds).
+burst_ready() {
+	local prefix=$1 timeout=$2 names=() i t0 ips n
+	for ((i = 0; i < BURST; i++)); do names+=("$(printf '%s-%02d' "$prefix" "$i")"); done
 	t0=$EPOCHREALTIME
 	kl_put "${names[@]}"
-	out=$(watch_ready "$t0" 120 "${names[@]}") || fail "not all $BURST Ready in 120 s: $(wc -l <<<"$out") were"
-	last=$(awk '{ print $2 }' <<<"$out" | sort -n | tail -n 1)
-	p50=$(awk '{ print $2 }' <<<"$out" | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
-	ips=$(awk '{ print $3 }' <<<"$out" | sort -u | wc -l)
+	BURST_OUT=$(watch_ready "$t0" "$timeout" "${names[@]}") || fail "not all $BURST Ready in $timeout s: $(wc -l <<<"$BURST_OUT") were"
+	BURST_LAST=$(awk '{ print $2 }' <<<"$BURST_OUT" | sort -n | tail -n 1)
+	BURST_P50=$(awk '{ print $2 }' <<<"$BURST_OUT" | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
+	ips=$(awk '{ print $3 }' <<<"$BURST_OUT" | sort -u | wc -l)
 	[ "$ips" = "$BURST" ] || fail "$BURST pods got $ips distinct addresses"
-	n=$(awk '$2 == "ADD" && $4 ~ /^burst-/ && $NF != "exit=0"' "$CALLS" | wc -l)
-	[ "$n" = 0 ] || fail "$n ADDs of the burst failed"
+	n=$(awk -v p="^$prefix-" '$2 == "ADD" && $4 ~ p && $NF != "exit=0"' "$CALLS" | wc -l)
+	[ "$n" = 0 ] || fail "$n ADDs of the burst failed: $(awk -v p="^$prefix-" '$2 == "ADD" && $4 ~ p && $NF != "exit=0"' "$CALLS" | head -3)"
+}
+
+case_burst() {
+	begin burst-$BURST-ready
+	local last p50
+	burst_ready burst 120
+	last=$BURST_LAST p50=$BURST_P50
 	check_consistent
 	TIMINGS+=("static burst of $BURST: last Ready ${last}s, median ${p50}s after the manifests")
 	pass "$BURST Ready, distinct addresses; last reported Ready ${last}s after the manifests (median ${p50}s)"
@@ -742,19 +753,9 @@ start_warm_loop() {
 
 case_ec2_burst() {
 	begin ec2-burst-$BURST-ready
-	local names=() i out t0 last p50 ips secondary onsec=0 ip tbl rules
-	for ((i = 0; i < BURST; i++)); do names+=("$(printf 'ec2-%02d' "$i")"); done
-	t0=$EPOCHREALTIME
-	kl_put "${names[@]}"
-	out=$(watch_ready "$t0" 180 "${names[@]}") || fail "not all $BURST Ready in 180 s: $(wc -l <<<"$out") were"
-	last=$(awk '{ print $2 }' <<<"$out" | sort -n | tail -n 1)
-	p50=$(awk '{ print $2 }' <<<"$out" | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
-	ips=$(awk '{ print $3 }' <<<"$out" | sort -u | wc -l)
-	[ "$ips" = "$BURST" ] || fail "$BURST pods got $ips distinct addresses"
-	# Warmed first, or (dry) each ADD waiting for its warm pass: no sandbox
-	# creation failed and was retried by kubelet.
-	i=$(awk '$2 == "ADD" && $4 ~ /^ec2-/ && $NF != "exit=0"' "$CALLS" | wc -l)
-	[ "$i" = 0 ] || fail "$i ADDs failed ($EC2_POOL pool): $(awk '$2 == "ADD" && $NF != "exit=0"' "$CALLS" | head -3)"
+	local out last p50 secondary onsec=0 ip tbl rules
+	burst_ready ec2 180
+	out=$BURST_OUT last=$BURST_LAST p50=$BURST_P50
 	secondary=$(jq -r '.enis[] | .secondaryIps[]' "$EC2_WORK/ec2.json")
 	rules=$(node_exec ip -4 rule show)
 	while read -r _ _ ip; do
