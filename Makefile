@@ -10,7 +10,7 @@ export ENI_CNI_TOOLS ?= /opt/eni-cni-test
 .PHONY: build demo test test-unit test-privileged test-e2e test-kubelet test-daemonset test-kubeadm deps-kubeadm deps lint bench install uninstall image clean stress fuzz
 
 # The shipped binary is the lean build (CNI verbs without grpc and the AWS
-# SDK) with the full build embedded for gc, warm and IMDS reads (lean.go).
+# SDK) with the full build embedded for gc, warm and IMDS reads (seam_lean.go).
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o embedded/eni-cni-full .
 	sha256sum embedded/eni-cni-full | cut -d' ' -f1 > embedded/eni-cni-full.sha256
@@ -92,15 +92,13 @@ bench: build
 
 # Each fuzz target for FUZZTIME (seed corpora in <pkg>/testdata/fuzz/<Target>;
 # a failing input is added there by go test, to become a regression case).
-# The main package is fuzzed in the lean build: without the AWS SDK and grpc
-# its coverage-instrumented build takes a minute instead of eight.
 FUZZTIME ?= 30s
-FUZZ_TARGETS := ./alloc:FuzzDecodeState .:FuzzParseConfig .:FuzzParseCNIArgs ./gc:FuzzValidAttachments ./gc:FuzzPlan
+FUZZ_TARGETS := ./alloc:FuzzDecodeState ./netconf:FuzzParseConfig ./plugin:FuzzParseCNIArgs ./gc:FuzzValidAttachments ./gc:FuzzPlan
 fuzz: build
 	@set -e; for t in $(FUZZ_TARGETS); do \
-		pkg=$${t%%:*}; name=$${t##*:}; tags=; [ "$$pkg" = . ] && tags="-tags lean"; \
+		pkg=$${t%%:*}; name=$${t##*:}; \
 		echo "== $$name in $$pkg for $(FUZZTIME)"; \
-		$(GO) test $$tags -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
 	done
 
 # INSTALL_FLAGS: e.g. "--pool ec2 --snat", "--pool static --ranges 10.244.1.0/24",

@@ -8,9 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/plugin"
 )
 
 // writeConflist writes a conflist with a static pool into a fresh conf dir.
@@ -114,26 +114,17 @@ func TestCommandUsage(t *testing.T) {
 	}
 }
 
-func TestHumanAge(t *testing.T) {
-	for d, want := range map[time.Duration]string{-time.Second: "0s", 42 * time.Second: "42s", 192 * time.Second: "3m12s",
-		125 * time.Minute: "2h5m", 50 * time.Hour: "2d2h"} {
-		if got := humanAge(d); got != want {
-			t.Errorf("%v: %q, want %q", d, got, want)
-		}
-	}
-}
-
 func TestStatusJSON(t *testing.T) {
 	confDir, stateDir := writeConflist(t)
 	code, out, errs := run("status", "--conf-dir", confDir, "--json")
-	var r statusReport
+	var r plugin.StatusReport
 	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil || !r.Ready || r.Pool == nil || r.Pool.Total != 6 || r.Network != "pods" {
 		t.Fatalf("exit %d, %v: %s %s", code, err, out, errs)
 	}
 	os.MkdirAll(stateDir, 0o700)
 	os.WriteFile(filepath.Join(stateDir, alloc.StateFileName), []byte("{broken"), 0o600)
 	code, out, _ = run("status", "--conf-dir", confDir, "--json")
-	r = statusReport{}
+	r = plugin.StatusReport{}
 	if err := json.Unmarshal([]byte(out), &r); code == 0 || err != nil || r.Ready || !strings.Contains(r.Error, "cannot serve ADD") {
 		t.Errorf("corrupt store: exit %d, %v: %s", code, err, out)
 	}

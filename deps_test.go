@@ -9,7 +9,8 @@ import (
 // TestLeanBuildStaysLean guards the exec cost of every CNI call: the lean
 // build (the shipped binary) must not link the CRI client or the AWS SDK,
 // whose package initialisation costs milliseconds per exec. They belong in
-// full.go, which the lean build reaches through its embedded full build.
+// the full build (seam_full.go), which the lean build reaches through its
+// embedded copy (seam_lean.go, package delegate).
 func TestLeanBuildStaysLean(t *testing.T) {
 	out, err := exec.Command("go", "list", "-e", "-tags", "lean", "-deps", ".").Output()
 	if err != nil {

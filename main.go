@@ -1,10 +1,20 @@
 // Command eni-cni is a daemonless CNI plugin for Kubernetes nodes on AWS EC2.
 //
-// With CNI_COMMAND set it serves the CNI verbs; without it, it runs one of its
-// subcommands (version, list, status, gc, warm). See README.md.
+// With CNI_COMMAND set it serves the CNI verbs (package plugin); without
+// it, it runs one of its subcommands (commands.go, cmd_*.go). This package
+// is only the process boundary: everything it runs lives in a package.
+// See docs/ARCHITECTURE.md.
 package main
 
-import "os"
+import (
+	"fmt"
+	"os"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	cniversion "github.com/containernetworking/cni/pkg/version"
+
+	"github.com/eni-cni/eni-cni/plugin"
+)
 
 // version is stamped at build time with -ldflags "-X main.version=...".
 var version = "dev"
@@ -14,4 +24,20 @@ func main() {
 		os.Exit(cniMain())
 	}
 	os.Exit(runCommand(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// cniMain serves one CNI verb and returns the exit code.
+func cniMain() int {
+	if e := plugin.Preflight(os.Getenv); e != nil {
+		_ = e.Print()
+		return 1
+	}
+	verbs := plugin.CNI{Full: full()}
+	if e := skel.PluginMainFuncsWithError(verbs.Funcs(), cniversion.All, "eni-cni "+version); e != nil {
+		if err := e.Print(); err != nil {
+			fmt.Fprintf(os.Stderr, "eni-cni: print error: %v\n", err)
+		}
+		return 1
+	}
+	return 0
 }

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -11,10 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2"
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
-	"github.com/eni-cni/eni-cni/ec2/pool"
 )
 
 func startFakeWith(t *testing.T, cfg ec2fake.Config) *ec2fake.Server {
@@ -95,7 +92,7 @@ func TestMaxPodsThisNodeWithConfig(t *testing.T) {
 		filepath.Join(root, "state")+`","imdsEndpoint":"`+f.URL()+`","ec2Endpoint":"`+f.URL()+
 		`","pool":{"prefixDelegation":true,"maxENIs":1}}]}`), 0o600)
 	code, out, errs := run("max-pods", "--config", conf, "--json")
-	var r maxPodsReport
+	var r ec2.MaxPodsReport
 	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil {
 		t.Fatalf("exit %d, %v: %s %s", code, err, out, errs)
 	}
@@ -105,20 +102,6 @@ func TestMaxPodsThisNodeWithConfig(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "state")); !os.IsNotExist(err) {
 		t.Error("max-pods created the state directory")
-	}
-}
-
-// With the limits cached in the store (warm fetched them), max-pods needs
-// neither IMDS nor EC2.
-func TestMaxPodsFromStore(t *testing.T) {
-	st := alloc.NewMemStore()
-	s := alloc.NewState("b")
-	s.EC2 = &pool.EC2{InstanceID: "i-1", InstanceType: "c5.18xlarge", Limits: &pool.Limits{MaxENIs: 15, IPv4PerENI: 50, VCPUs: 72}}
-	st.Save(s)
-	d := maxPodsDeps{store: st, newAPI: func(string) ec2.TypesAPI { t.Fatal("EC2 called"); return nil }}
-	r, err := maxPodsFor(context.Background(), d, pool.WarmConfig{}, "")
-	if err != nil || r.MaxPods != 250 || r.MaxAllowed != 737 || r.LimitsFrom != "store" {
-		t.Errorf("%+v %v", r, err)
 	}
 }
 

@@ -22,6 +22,8 @@ import (
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
 	"github.com/eni-cni/eni-cni/gc/crifake"
 	"github.com/eni-cni/eni-cni/metrics"
+	"github.com/eni-cni/eni-cni/netconf"
+	"github.com/eni-cni/eni-cni/plugin"
 )
 
 // parseProm reads a metrics file with Prometheus' text-format parser.
@@ -90,29 +92,29 @@ func metricsConflist(t *testing.T, extra string) (confDir, stateDir, prom string
 // CNI verbs counted since; a failed run shows as such.
 func TestGCWritesMetricsFile(t *testing.T) {
 	confDir, stateDir, prom := metricsConflist(t, `,"pool":{"source":"static","ranges":["10.99.0.0/29"]}`)
-	conf, _, _ := findConfig("", confDir)
-	cfg, _ := parseConfig(conf)
+	conf, _, _ := netconf.Find("", confDir)
+	cfg, _ := netconf.Parse(conf)
 	p, err := newPlugin(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, _, err := p.mgr.Allocate(ctx, alloc.Request{Key: alloc.Key{Network: "pods", ContainerID: "a", IfName: "eth0"}, HostVeth: "enia"}); err != nil {
+	if _, _, err := p.Mgr.Allocate(ctx, alloc.Request{Key: alloc.Key{Network: "pods", ContainerID: "a", IfName: "eth0"}, HostVeth: "enia"}); err != nil {
 		t.Fatal(err)
 	}
 	// CNI verbs through the CNI boundary: STATUS, and DEL of an unknown
 	// attachment (nothing to tear down).
-	if err := cmdStatus(&skel.CmdArgs{StdinData: conf}); err != nil {
+	if err := testVerbs.Status(&skel.CmdArgs{StdinData: conf}); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmdDel(&skel.CmdArgs{ContainerID: "gone", IfName: "eth0", StdinData: conf}); err != nil {
+	if err := testVerbs.Del(&skel.CmdArgs{ContainerID: "gone", IfName: "eth0", StdinData: conf}); err != nil {
 		t.Fatal(err)
 	}
 	cri := crifake.Start(t)
 	cri.SetSandboxes(crifake.PodSandbox("a", "default", "web", "u1", true, time.Now()))
 	start := time.Now()
 	code, out, errs := run("gc", "--conf-dir", confDir, "--cri-endpoint", cri.Endpoint(), "--json")
-	var r gcReport
+	var r plugin.GCReport
 	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil || !r.OK || r.Alive != 1 || len(r.Freed) != 0 {
 		t.Fatalf("gc: exit %d %v: %s %s", code, err, out, errs)
 	}
@@ -188,10 +190,10 @@ func TestWarmWritesMetricsFile(t *testing.T) {
 	}
 	// EC2 refusing: the error is counted by API and the run failed.
 	f.InjectFault("AssignPrivateIpAddresses", ec2fake.Fault{Code: "UnauthorizedOperation"})
-	conf, _, _ := findConfig("", confDir)
-	cfg, _ := parseConfig(conf)
+	conf, _, _ := netconf.Find("", confDir)
+	cfg, _ := netconf.Parse(conf)
 	p, _ := newPlugin(cfg)
-	p.mgr.Update(context.Background(), func(st *alloc.State) (bool, error) {
+	p.Mgr.Update(context.Background(), func(st *alloc.State) (bool, error) {
 		for _, a := range st.EC2.Addrs {
 			st.Allocations = append(st.Allocations, alloc.Allocation{Key: alloc.Key{Network: "pods", ContainerID: "c" + a.IP.String(), IfName: "eth0"}, IP: a.IP, ENI: a.ENI, AllocatedAt: time.Now()})
 		}
@@ -209,7 +211,7 @@ func TestWarmWritesMetricsFile(t *testing.T) {
 	}
 	// Two ADDs waiting on the dry pool while IAM still refuses: the file
 	// shows the demand and why the pass they waited for failed.
-	p.mgr.Update(context.Background(), func(st *alloc.State) (bool, error) {
+	p.Mgr.Update(context.Background(), func(st *alloc.State) (bool, error) {
 		for _, id := range []string{"waiting1", "waiting2"} {
 			st.Demands = append(st.Demands, alloc.Demand{Key: alloc.Key{Network: "pods", ContainerID: id, IfName: "eth0"}, Since: time.Now().UTC(), Until: time.Now().Add(time.Minute).UTC()})
 		}
@@ -230,23 +232,23 @@ func TestWarmWritesMetricsFile(t *testing.T) {
 // With metrics off (no metricsFile, no node_exporter directory), CNI calls
 // write no counters.
 func TestMetricsOffWritesNothing(t *testing.T) {
-	if _, err := os.Stat(defaultTextfileDir); err == nil {
-		t.Skip(defaultTextfileDir + " exists on this machine")
+	if _, err := os.Stat(netconf.DefaultTextfileDir); err == nil {
+		t.Skip(netconf.DefaultTextfileDir + " exists on this machine")
 	}
 	stateDir := t.TempDir()
 	conf := []byte(`{"cniVersion":"1.0.0","name":"pods","stateDir":"` + stateDir + `","pool":{"source":"static","ranges":["10.99.0.0/30"]}}`)
-	if err := cmdStatus(&skel.CmdArgs{StdinData: conf}); err != nil {
+	if err := testVerbs.Status(&skel.CmdArgs{StdinData: conf}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(stateDir, metrics.CountersFileName)); !os.IsNotExist(err) {
 		t.Error("counters written with metrics off")
 	}
 	off := []byte(`{"cniVersion":"1.0.0","name":"pods","stateDir":"` + stateDir + `","metricsFile":"off","pool":{"source":"static","ranges":["10.99.0.0/30"]}}`)
-	c, err := parseConfig(off)
-	if err != nil || c.metricsPath() != "" {
-		t.Errorf("metricsFile off: %q %v", c.metricsPath(), err)
+	c, err := netconf.Parse(off)
+	if err != nil || c.MetricsPath() != "" {
+		t.Errorf("metricsFile off: %q %v", c.MetricsPath(), err)
 	}
-	if _, err := parseConfig([]byte(`{"name":"n","metricsFile":"rel.prom"}`)); err == nil {
+	if _, err := netconf.Parse([]byte(`{"name":"n","metricsFile":"rel.prom"}`)); err == nil {
 		t.Error("relative metricsFile accepted")
 	}
 }

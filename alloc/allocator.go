@@ -76,7 +76,7 @@ type Manager struct {
 	// legitimately has no record; a node whose file was lost (or whose
 	// stateDir changed) still has pods, and starting from a state that
 	// lacks them would hand their addresses out again. The caller, who can
-	// see the node, tells the two apart (plugin.go: stateLost).
+	// see the node, tells the two apart (plugin/plugin.go: stateLost).
 	OnMissing func(st *State) error
 	// Admit, if set, is asked under the lock before a new address is
 	// handed out; its error fails the allocation and changes nothing. The

@@ -112,7 +112,7 @@ func NewDiskStore(dir string) (*DiskStore, error) {
 // checkDir is made by every Lock (one stat, against the milliseconds of an
 // ADD): an untrusted directory fails the store's operations with
 // ErrInsecure, and DEL can still tear a pod down without the store
-// (plugin.go). The first writer on a node creates the directory.
+// (plugin/plugin.go). The first writer on a node creates the directory.
 func (d *DiskStore) checkDir() error {
 	fi, err := os.Stat(d.dir)
 	if errors.Is(err, fs.ErrNotExist) && d.readOnly {

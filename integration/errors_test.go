@@ -118,7 +118,7 @@ func TestBadInputs(t *testing.T) {
 				wantCNIError(t, cmd+" with a corrupt state file", o, 5, nw.statePath())
 			} else if o.exit != 0 {
 				// DEL tears down by the derived name and succeeds, so the
-				// pod does not stay Terminating (plugin.go delWithoutStore).
+				// pod does not stay Terminating (plugin/plugin.go delWithoutStore).
 				t.Errorf("DEL with a corrupt state file: want exit 0, got %s", o)
 			}
 			if got := nw.stateBytes(t); !bytes.Equal(got, corrupt) {

@@ -1,0 +1,44 @@
+//go:build !lean
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/eni-cni/eni-cni/doctor"
+	"github.com/eni-cni/eni-cni/plugin"
+)
+
+func cmdDoctor(args []string, stdout, stderr io.Writer) error {
+	f := newFlags("doctor", stderr)
+	asJSON := f.fs.Bool("json", false, "print the results as JSON")
+	endpoint := f.fs.String("cri-endpoint", "", "CRI socket (default: as gc finds it)")
+	root := f.fs.String("root", "/", "root of the files checked (systemd, udev, NetworkManager, kubelet, cron)")
+	proc := f.fs.String("proc", "/proc", "procfs of the network namespace checked (sysctls) and of the processes (kubelet)")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	var results []doctor.Result
+	p, path, err := f.load()
+	if err != nil {
+		results = []doctor.Result{{Name: "config", Status: doctor.Fail, Message: err.Error(),
+			Fix: "fix the file, or point --config at the conflist with the eni-cni plugin"}}
+	} else {
+		results = append([]doctor.Result{{Name: "config", Status: doctor.OK,
+			Message: fmt.Sprintf("%s: network %q, %s pool, state in %s", path, p.Cfg.Network, p.Cfg.Source, p.Cfg.StateDir)}},
+			doctor.Run(context.Background(), doctor.NodeEnv(p.Cfg, p.Mgr.Store, plugin.HostNetwork{Prefix: p.Cfg.VethPrefix}, *root, *proc, *endpoint))...)
+	}
+	if *asJSON {
+		if err := printJSON(stdout, results); err != nil {
+			return err
+		}
+	} else {
+		doctor.Print(stdout, results)
+	}
+	if doctor.Failed(results) {
+		return errReported{fmt.Errorf("doctor: problems found")}
+	}
+	return nil
+}

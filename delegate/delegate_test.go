@@ -1,0 +1,59 @@
+package delegate
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// gc and warm cache the full build beside the state of the configuration
+// they were given, whichever way the flags are spelt; with no usable
+// configuration they run from memory ("").
+func TestStateDirOfFlags(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "10-x.conflist")
+	os.WriteFile(conf, []byte(`{"cniVersion":"1.0.0","name":"x","plugins":[{"type":"eni-cni","stateDir":"/var/lib/x"}]}`), 0o600)
+	other := filepath.Join(dir, "d")
+	os.Mkdir(other, 0o700)
+	os.WriteFile(filepath.Join(other, "05-y.conflist"), []byte(`{"cniVersion":"1.0.0","name":"y","plugins":[{"type":"eni-cni","stateDir":"/var/lib/y"}]}`), 0o600)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--config", conf}, "/var/lib/x"},
+		{[]string{"--config=" + conf, "--dry-run"}, "/var/lib/x"},
+		{[]string{"-config", conf, "--grace", "5m"}, "/var/lib/x"},
+		{[]string{"--cri-endpoint", "unix:///run/c.sock", "--conf-dir", other}, "/var/lib/y"},
+		{[]string{"--conf-dir=" + other}, "/var/lib/y"},
+		{[]string{"--config"}, ""},
+		{[]string{"--config", filepath.Join(dir, "missing")}, ""},
+		{[]string{"--conf-dir", filepath.Join(dir, "none")}, ""},
+	} {
+		if got := stateDirOf(c.args); got != c.want {
+			t.Errorf("stateDirOf(%q) = %q, want %q", c.args, got, c.want)
+		}
+	}
+	if cacheDir("") != "" || cacheDir("/var/lib/x") != "/var/lib/x/.bin" {
+		t.Errorf("cacheDir: %q %q", cacheDir(""), cacheDir("/var/lib/x"))
+	}
+}
+
+// TestInstallNamesItselfNotTheEnvironment: install copies the file the
+// operator ran, even when root's environment already carries an
+// ENI_CNI_SELF (which the full build would read first).
+func TestInstallNamesItselfNotTheEnvironment(t *testing.T) {
+	env := withSelf([]string{"PATH=/bin", "ENI_CNI_SELF=/tmp/planted", "HOME=/root"}, "/usr/local/bin/eni-cni")
+	var got []string
+	for _, e := range env {
+		if strings.HasPrefix(e, "ENI_CNI_SELF=") {
+			got = append(got, e)
+		}
+	}
+	if len(got) != 1 || got[0] != "ENI_CNI_SELF=/usr/local/bin/eni-cni" {
+		t.Fatalf("environment of the full build names %v as the binary to install", got)
+	}
+	if len(env) != 3 {
+		t.Errorf("other variables lost: %v", env)
+	}
+}

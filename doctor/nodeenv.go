@@ -1,0 +1,61 @@
+package doctor
+
+import (
+	"os"
+	"os/exec"
+	"time"
+
+	"github.com/coreos/go-iptables/iptables"
+	"github.com/vishvananda/netlink"
+
+	"github.com/eni-cni/eni-cni/alloc"
+	eniec2 "github.com/eni-cni/eni-cni/ec2"
+	"github.com/eni-cni/eni-cni/gc"
+	"github.com/eni-cni/eni-cni/gc/cri"
+	"github.com/eni-cni/eni-cni/netconf"
+)
+
+// NodeEnv wires the checks to this node: the network of cfg, its store,
+// its host side (host) and the runtime at criEndpoint.
+func NodeEnv(cfg *netconf.Config, store alloc.Store, host gc.Host, root, proc, criEndpoint string) *Env {
+	e := &Env{
+		Root: root, ProcRoot: proc, Now: time.Now(),
+		Network: cfg.Network, Source: cfg.Source, StateDir: cfg.StateDir, VethPrefix: cfg.VethPrefix,
+		Store: store, Pool: cfg.Pool, Warm: cfg.Warm,
+		IMDSEndpoint: cfg.IMDSEndpoint,
+		Host:         host,
+	}
+	e.EC2 = func(region string) (EC2API, error) {
+		return eniec2.NewAPI(cfg.EC2Endpoint, region, eniec2.NewQuickMetadataClient(cfg.IMDSEndpoint, eniec2.MetadataOptions(cfg)...)), nil
+	}
+	e.CRI = func() (CRI, string, error) {
+		c, ep, err := cri.Dial(criEndpoint, 5*time.Second)
+		if err != nil {
+			if ep.Path == "" {
+				return nil, "", err
+			}
+			return nil, ep.String(), err
+		}
+		return c, ep.String(), nil
+	}
+	e.Links = func() ([]Link, error) {
+		links, err := netlink.LinkList()
+		if err != nil {
+			return nil, err
+		}
+		out := make([]Link, 0, len(links))
+		for _, l := range links {
+			out = append(out, Link{Name: l.Attrs().Name, MAC: l.Attrs().HardwareAddr.String()})
+		}
+		return out, nil
+	}
+	if ipt, err := iptables.NewWithProtocol(iptables.ProtocolIPv4); err == nil {
+		e.Forward = func() ([]string, error) { return ipt.List("filter", "FORWARD") }
+	}
+	if fi, err := os.Stat("/run/systemd/system"); err == nil && fi.IsDir() && root == "/" {
+		e.UnitActive = func(unit string) bool {
+			return exec.Command("systemctl", "is-active", "--quiet", unit).Run() == nil
+		}
+	}
+	return e
+}

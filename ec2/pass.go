@@ -1,0 +1,110 @@
+package ec2
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/gofrs/flock"
+
+	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/ec2/provider"
+	"github.com/eni-cni/eni-cni/netconf"
+	"github.com/eni-cni/eni-cni/netsetup/snat"
+)
+
+// WarmTimeout bounds one warm pass, EC2 retries included: the timer starts
+// the next one anyway.
+const WarmTimeout = 5 * time.Minute
+
+// WarmLockName is held by the one warm pass running on a node.
+const WarmLockName = "warm.lock"
+
+// WarmPass runs one pass of `eni-cni warm` for the network of cfg: one at a
+// time per node (warm.lock), IMDS first, then the Warmer against EC2, then
+// the SNAT chain. ran is false when there was nothing to run (a static
+// pool, another pass running).
+func WarmPass(cfg *netconf.Config, mgr *alloc.Manager, out io.Writer, calls *CallCounter) (ran bool, err error) {
+	if cfg.Source != netconf.EC2 {
+		fmt.Fprintf(out, "warm: network %q uses a %s pool; nothing to do\n", cfg.Network, cfg.Source)
+		return false, nil
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return false, fmt.Errorf("warm: create state directory: %w", err)
+	}
+	// One pass at a time per node: cron may start a pass while a slow one
+	// still runs, and two passes would both fill the same shortfall.
+	busy := flock.New(filepath.Join(cfg.StateDir, WarmLockName), flock.SetPermissions(0o600), flock.SetFlag(alloc.LockOpenFlags))
+	if ok, err := busy.TryLock(); err != nil {
+		return false, fmt.Errorf("warm: lock %s: %w", busy.Path(), err)
+	} else if !ok {
+		fmt.Fprintf(out, "warm: another pass is running (%s); skipped\n", busy.Path())
+		return false, nil
+	}
+	defer busy.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), WarmTimeout)
+	defer cancel()
+	md := NewMetadataClient(cfg.IMDSEndpoint, MetadataOptions(cfg)...)
+	// IMDS first, every pass: the region for the EC2 client comes from the
+	// instance itself, never from a store that may be another instance's.
+	inst, err := Discover(ctx, md)
+	if err != nil {
+		// ADDs waiting on a dry pool learn why no pass ran.
+		err = ExplainIMDSOf(err, cfg)
+		return true, fmt.Errorf("warm: %w", errors.Join(err, (&Warmer{Mgr: mgr, Out: out}).Failed(ctx, err)))
+	}
+	w := &Warmer{
+		Mgr: mgr, MD: md, API: NewAPI(cfg.EC2Endpoint, inst.Region(), md, calls.Option()),
+		Host: NodeHost{MTU: cfg.MTU, SNAT: cfg.SNAT}, Cfg: cfg.Warm, Out: out,
+	}
+	err = w.RunWith(ctx, inst)
+	if serr := syncSNAT(ctx, cfg, mgr, out); serr != nil {
+		err = errors.Join(err, serr)
+	}
+	if err != nil {
+		return true, fmt.Errorf("warm: %w", ExplainIMDSOf(err, cfg))
+	}
+	return true, nil
+}
+
+// syncSNAT keeps the node's SNAT chain as the config says, every pass:
+// with snat on it is made to match the pool (a flushed nat table heals
+// itself); with snat off a chain left from before is removed.
+func syncSNAT(ctx context.Context, cfg *netconf.Config, mgr *alloc.Manager, out io.Writer) error {
+	if !cfg.SNAT {
+		// Only a chain this boot installed can exist (the nat table does
+		// not survive a reboot): nodes without snat need no iptables.
+		st, _, err := mgr.Snapshot(ctx)
+		if err != nil || st.EC2 == nil || st.EC2.SNATBoot != mgr.BootID {
+			return err
+		}
+		changed, err := snat.Remove()
+		if err != nil {
+			return fmt.Errorf("snat off: %w", err)
+		}
+		if changed {
+			fmt.Fprintf(out, "warm: snat is off: chain %s and its jump removed\n", snat.Chain)
+		}
+		return provider.MarkSNAT(ctx, mgr, false)
+	}
+	st, _, err := mgr.Snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	spec, err := provider.SNATSpec(st.EC2, cfg.Warm.ExcludeIPs)
+	if err != nil {
+		return err
+	}
+	changed, err := snat.Ensure(spec)
+	if err != nil {
+		return fmt.Errorf("snat: %w", err)
+	}
+	if changed {
+		fmt.Fprintf(out, "warm: snat: traffic of pods in %v leaving %v now leaves as %s (chain %s)\n", spec.PodNets, spec.VPCCIDRs, spec.PrimaryIP, snat.Chain)
+	}
+	return provider.MarkSNAT(ctx, mgr, true)
+}

@@ -1,0 +1,68 @@
+package provider
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/eni-cni/eni-cni/netconf"
+)
+
+// TestWarmLogNoFollow: the log a spawned warm pass writes to (warm.log in
+// the state directory, or the plugin's logFile) is opened as the plugin's
+// own log is (logfile): never through a symlink, which would append root's
+// output to wherever it points, and never blocking on a FIFO, which would
+// hang the ADD that starts the pass.
+func TestWarmLogNoFollow(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "elsewhere")
+	if err := os.WriteFile(target, []byte("keep\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := &netconf.Config{StateDir: dir}
+	if err := os.Symlink(target, filepath.Join(dir, warmLogName)); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := openWarmLog(cfg); err == nil {
+		f.Close()
+		t.Error("warm.log opened through a symlink")
+	}
+	if b, _ := os.ReadFile(target); string(b) != "keep\n" {
+		t.Errorf("the symlink's target changed: %q", b)
+	}
+
+	fifo := filepath.Join(dir, "fifo.log")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		f, err := openWarmLog(&netconf.Config{StateDir: dir, LogFile: fifo})
+		if err == nil {
+			f.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("a FIFO opened as warm's log")
+		}
+	case <-time.After(2 * time.Second):
+		t.Error("opening a FIFO as warm's log blocks (the ADD that starts the pass hangs)")
+		// Release the blocked open: a reader arrives.
+		if r, err := os.OpenFile(fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0); err == nil {
+			<-done
+			r.Close()
+		}
+	}
+
+	cfg.LogFile = filepath.Join(dir, "plugin.log")
+	f, err := openWarmLog(cfg)
+	if err != nil {
+		t.Fatalf("a regular log file: %v", err)
+	}
+	f.Close()
+}

@@ -1,0 +1,191 @@
+package plugin
+
+import (
+	"fmt"
+	"io"
+	"net/netip"
+	"sort"
+	"time"
+
+	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/metrics"
+	"github.com/eni-cni/eni-cni/netconf"
+)
+
+// nodeMetrics builds the families of the node_exporter textfile from the
+// state, the run record and the CNI verb counters.
+func nodeMetrics(network string, st *alloc.State, pl alloc.Pool, runs *metrics.Runs, verbs metrics.VerbCounts, now time.Time) []metrics.Family {
+	net := metrics.Label{Name: "network", Value: network}
+	fams := poolFamilies(net, st, pl, now)
+	fams = append(fams, jobFamilies(net, runs)...)
+	ec2Calls := metrics.Family{Name: "eni_cni_ec2_calls_total", Help: "EC2 API operations made by warm (and doctor, max-pods), by API; SDK retries count once.", Type: metrics.Counter}
+	ec2Errors := metrics.Family{Name: "eni_cni_ec2_errors_total", Help: "EC2 API operations that failed after the SDK's retries, by API.", Type: metrics.Counter}
+	for _, api := range sortedKeys(runs.EC2) {
+		ec2Calls.Add(float64(runs.EC2[api].Calls), net, metrics.Label{Name: "api", Value: api})
+		ec2Errors.Add(float64(runs.EC2[api].Errors), net, metrics.Label{Name: "api", Value: api})
+	}
+	freed := metrics.Family{Name: "eni_cni_gc_freed_addresses_total", Help: "Addresses freed by gc and the GC verb (sandboxes whose DEL never came).", Type: metrics.Counter}
+	freed.Add(float64(runs.GCFreed), net)
+	leftovers := metrics.Family{Name: "eni_cni_gc_leftovers_removed_total", Help: "Host veths, rules and routes no allocation explained, removed by gc.", Type: metrics.Counter}
+	leftovers.Add(float64(runs.GCLeftovers), net)
+	calls := metrics.Family{Name: "eni_cni_cni_calls_total", Help: "CNI verb calls by verb and result.", Type: metrics.Counter}
+	for _, v := range metrics.CountedVerbs {
+		c := verbs.Calls[v]
+		calls.Add(float64(c[0]), net, metrics.Label{Name: "verb", Value: v}, metrics.Label{Name: "result", Value: "ok"})
+		calls.Add(float64(c[1]), net, metrics.Label{Name: "verb", Value: v}, metrics.Label{Name: "result", Value: "error"})
+	}
+	latency := metrics.Family{Name: "eni_cni_cni_duration_seconds", Help: "Duration of CNI ADD and DEL calls, from configuration parsed to result printed.", Type: metrics.Histogram}
+	for _, v := range metrics.TimedVerbs {
+		l := verbs.Latency[v]
+		latency.Samples = append(latency.Samples, metrics.HistogramSamples(metrics.LatencyBounds, l.Buckets, l.Sum, net, metrics.Label{Name: "verb", Value: v})...)
+	}
+	written := metrics.Family{Name: "eni_cni_metrics_written_timestamp_seconds", Help: "When this file was written (by gc or warm).", Type: metrics.Gauge}
+	written.Add(float64(now.Unix()), net)
+	return append(fams, ec2Calls, ec2Errors, freed, leftovers, calls, latency, written)
+}
+
+// poolFamilies are the pool's addresses per ENI and state.
+func poolFamilies(net metrics.Label, st *alloc.State, pl alloc.Pool, now time.Time) []metrics.Family {
+	allocated := make(map[netip.Addr]bool, len(st.Allocations))
+	for _, a := range st.Allocations {
+		allocated[a.IP] = true
+	}
+	cooling := make(map[netip.Addr]bool, len(st.Cooling))
+	for _, c := range st.Cooling {
+		if now.Before(c.Until) {
+			cooling[c.IP] = true
+		}
+	}
+	type counts struct{ size, free, cooling, allocated int }
+	byENI := map[string]*counts{}
+	for ip, eni := range pl.Addrs(st) {
+		if eni == "" {
+			eni = "none"
+		}
+		c := byENI[eni]
+		if c == nil {
+			c = &counts{}
+			byENI[eni] = c
+		}
+		c.size++
+		switch {
+		case allocated[ip]:
+			c.allocated++
+		case cooling[ip]:
+			c.cooling++
+		default:
+			c.free++
+		}
+	}
+	size := metrics.Family{Name: "eni_cni_pool_size", Help: "Addresses in the pool, by ENI (\"none\" for a static pool).", Type: metrics.Gauge}
+	addrs := metrics.Family{Name: "eni_cni_pool_addresses", Help: "Pool addresses by ENI and state (free, cooling, allocated).", Type: metrics.Gauge}
+	for _, eni := range sortedKeys(byENI) {
+		c := byENI[eni]
+		l := metrics.Label{Name: "eni", Value: eni}
+		size.Add(float64(c.size), net, l)
+		addrs.Add(float64(c.free), net, l, metrics.Label{Name: "state", Value: "free"})
+		addrs.Add(float64(c.cooling), net, l, metrics.Label{Name: "state", Value: "cooling"})
+		addrs.Add(float64(c.allocated), net, l, metrics.Label{Name: "state", Value: "allocated"})
+	}
+	allocs := metrics.Family{Name: "eni_cni_allocations", Help: "Addresses allocated to pod sandboxes (also those outside the pool).", Type: metrics.Gauge}
+	allocs.Add(float64(len(st.Allocations)), net)
+	return append([]metrics.Family{size, addrs, allocs}, demandFamilies(net, st, now)...)
+}
+
+// demandFamilies are the ADDs waiting on a dry ec2 pool and how the last
+// warm pass they waited for ended: an operator sees a burst outrunning the
+// pool, and why warm could not keep up, without reading the logs.
+func demandFamilies(net metrics.Label, st *alloc.State, now time.Time) []metrics.Family {
+	demand := metrics.Family{Name: "eni_cni_pool_demand", Help: "ADDs waiting for an address on a dry ec2 pool.", Type: metrics.Gauge}
+	demand.Add(float64(st.Waiting(now)), net)
+	fams := []metrics.Family{demand}
+	if st.EC2 == nil || st.EC2.LastPass == nil {
+		return fams
+	}
+	lp := st.EC2.LastPass
+	last := metrics.Family{Name: "eni_cni_warm_last_pass_timestamp_seconds", Help: "When the last warm pass that waiting ADDs could read ended, by its result (done, throttled, iam-denied, subnet-full, instance-limit, failed).", Type: metrics.Gauge}
+	last.Add(float64(lp.At.Unix()), net, metrics.Label{Name: "result", Value: lp.Result})
+	return append(fams, last)
+}
+
+// jobFamilies are the last run of gc and warm.
+func jobFamilies(net metrics.Label, runs *metrics.Runs) []metrics.Family {
+	last := metrics.Family{Name: "eni_cni_job_last_run_timestamp_seconds", Help: "When gc or warm last ran.", Type: metrics.Gauge}
+	success := metrics.Family{Name: "eni_cni_job_last_success_timestamp_seconds", Help: "When gc or warm last succeeded.", Type: metrics.Gauge}
+	duration := metrics.Family{Name: "eni_cni_job_last_duration_seconds", Help: "How long the last run of gc or warm took.", Type: metrics.Gauge}
+	result := metrics.Family{Name: "eni_cni_job_last_run_success", Help: "1 if the last run of gc or warm succeeded, else 0.", Type: metrics.Gauge}
+	total := metrics.Family{Name: "eni_cni_job_runs_total", Help: "Runs of gc and warm.", Type: metrics.Counter}
+	failures := metrics.Family{Name: "eni_cni_job_failures_total", Help: "Failed runs of gc and warm.", Type: metrics.Counter}
+	for _, job := range sortedKeys(runs.Jobs) {
+		r := runs.Jobs[job]
+		l := metrics.Label{Name: "job", Value: job}
+		last.Add(unixOrZero(r.Last), net, l)
+		success.Add(unixOrZero(r.LastSuccess), net, l)
+		duration.Add(r.DurationSec, net, l)
+		ok := 0.0
+		if r.OK {
+			ok = 1
+		}
+		result.Add(ok, net, l)
+		total.Add(float64(r.Total), net, l)
+		failures.Add(float64(r.Failures), net, l)
+	}
+	return []metrics.Family{last, success, duration, result, total, failures}
+}
+
+func unixOrZero(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return float64(t.UnixNano()) / 1e9
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// recordJob records a gc or warm run and rewrites the metrics file. Neither
+// failing fails the run: metrics must never stop the pool being served, so
+// a failure is reported on stderr.
+func (p *Plugin) RecordJob(u metrics.RunUpdate, stderr io.Writer) {
+	runs, err := metrics.RecordRun(p.Cfg.StateDir, u)
+	if err != nil {
+		fmt.Fprintf(stderr, "eni-cni: %s: record the run: %v\n", u.Job, err)
+		return
+	}
+	if err := p.writeMetrics(runs, time.Now()); err != nil {
+		fmt.Fprintf(stderr, "eni-cni: %s: %v\n", u.Job, err)
+	}
+}
+
+// writeMetrics writes the metrics file, if metrics are on.
+func (p *Plugin) writeMetrics(runs *metrics.Runs, now time.Time) error {
+	path := p.Cfg.MetricsPath()
+	if path == "" {
+		return nil
+	}
+	st, _, err := p.Mgr.Peek()
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	verbs, err := metrics.ReadCounters(p.Cfg.StateDir)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	return metrics.WriteFile(path, nodeMetrics(p.Cfg.Network, st, p.Mgr.Pool, runs, verbs, now))
+}
+
+// recordVerb counts a CNI call when metrics are on: one small locked
+// read-modify-write of a file (about as long as opening a file; see
+// BenchmarkRecordVerb). A failure only loses the count.
+func recordVerb(cfg *netconf.Config, verb string, ok bool, d time.Duration) {
+	if cfg.MetricsPath() == "" {
+		return
+	}
+	_ = metrics.RecordVerb(cfg.StateDir, verb, ok, d)
+}
