@@ -99,6 +99,11 @@ func (c CNI) runVerb(verb string, args *skel.CmdArgs, fn verbFunc) error {
 // Open builds the plugin of a network: its store, and its provider (full
 // serves the EC2 provider's IMDS reads and warm command).
 func Open(cfg *netconf.Config, full provider.Full) (*Plugin, error) {
+	return OpenWith(cfg, full, Kernel{})
+}
+
+// OpenWith is Open with the node's wiring done by w.
+func OpenWith(cfg *netconf.Config, full provider.Full, w Wirer) (*Plugin, error) {
 	store, err := alloc.NewDiskStore(cfg.StateDir)
 	if err != nil {
 		return nil, err
@@ -116,23 +121,15 @@ func Open(cfg *netconf.Config, full provider.Full) (*Plugin, error) {
 		ec2 := provider.Source{Cfg: cfg, Mgr: mgr, Full: full, Warm: provider.NewNodeWarm(full)}
 		prov, mgr.Admit = ec2, ec2.Admit
 	}
-	return newPluginWith(cfg, mgr, kernel{}, prov), nil
+	return newPluginWith(cfg, mgr, w, prov), nil
 }
 
 func (c CNI) Add(args *skel.CmdArgs) error {
 	return c.runVerb("ADD", args, func(ctx context.Context, p *Plugin) ([]any, error) {
-		at, err := attachmentFrom(args, p.Cfg)
+		res, attrs, err := p.Attach(ctx, args)
 		if err != nil {
-			return nil, err
+			return attrs, err
 		}
-		if err := validateNetns(args.Netns); err != nil {
-			return nil, err
-		}
-		res, err := p.add(ctx, at)
-		if err != nil {
-			return p.addAttrs, err
-		}
-		attrs := append([]any{"ip", res.IPs[0].Address.IP.String(), "pod", at.PodNamespace + "/" + at.PodName}, p.addAttrs...)
 		if err := types.PrintResult(res, p.Cfg.CNIVersion); err != nil {
 			return attrs, fmt.Errorf("print result: %w", err)
 		}
@@ -140,13 +137,36 @@ func (c CNI) Add(args *skel.CmdArgs) error {
 	})
 }
 
+// Attach is ADD without its boundary (configuration, log line, printed
+// result): the attachment args names gets an address and its wiring. attrs
+// are for the ADD's log line.
+func (p *Plugin) Attach(ctx context.Context, args *skel.CmdArgs) (res *current.Result, attrs []any, err error) {
+	at, err := attachmentFrom(args, p.Cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := validateNetns(args.Netns); err != nil {
+		return nil, nil, err
+	}
+	res, err = p.add(ctx, at)
+	if err != nil {
+		return nil, p.addAttrs, err
+	}
+	return res, append([]any{"ip", res.IPs[0].Address.IP.String(), "pod", at.PodNamespace + "/" + at.PodName}, p.addAttrs...), nil
+}
+
 func (c CNI) Del(args *skel.CmdArgs) error {
 	return c.runVerb("DEL", args, func(ctx context.Context, p *Plugin) ([]any, error) {
-		// DEL needs only (network, containerID, ifname): bad pod metadata in
-		// CNI_ARGS must not keep it from freeing the address.
-		k := alloc.Key{Network: p.Cfg.Network, ContainerID: args.ContainerID, IfName: args.IfName}
-		return []any{"netns", args.Netns}, p.del(ctx, k)
+		return []any{"netns", args.Netns}, p.Detach(ctx, args)
 	})
+}
+
+// Detach is DEL without its boundary: the attachment args names loses its
+// wiring and its address.
+func (p *Plugin) Detach(ctx context.Context, args *skel.CmdArgs) error {
+	// DEL needs only (network, containerID, ifname): bad pod metadata in
+	// CNI_ARGS must not keep it from freeing the address.
+	return p.del(ctx, alloc.Key{Network: p.Cfg.Network, ContainerID: args.ContainerID, IfName: args.IfName})
 }
 
 func (c CNI) Check(args *skel.CmdArgs) error {

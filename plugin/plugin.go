@@ -28,9 +28,9 @@ import (
 	"github.com/eni-cni/eni-cni/netsetup"
 )
 
-// wirer is the kernel side of an attachment; netsetup in production, a fake
-// in tests of the verb logic.
-type wirer interface {
+// Wirer is the kernel side of an attachment: netsetup in production (Kernel),
+// a fake in tests of the verb logic, a timing wrapper in the benchmark.
+type Wirer interface {
 	Setup(netsetup.Pod) (netsetup.Links, error)
 	Check(netsetup.Pod) (netsetup.Links, error)
 	// Unroute removes the host routes and rules of attachments: after it,
@@ -44,18 +44,18 @@ type wirer interface {
 }
 
 // teardown removes an attachment's wiring: routes and rules, then the veth.
-func teardown(w wirer, hostVeth string, ip netip.Addr) error {
+func teardown(w Wirer, hostVeth string, ip netip.Addr) error {
 	return errors.Join(w.Unroute([]netsetup.Attachment{{HostVeth: hostVeth, IP: ip}}), w.DeleteVeths(hostVeth))
 }
 
-// kernel is the real wirer.
-type kernel struct{}
+// Kernel is the real Wirer.
+type Kernel struct{}
 
-func (kernel) Setup(p netsetup.Pod) (netsetup.Links, error) { return netsetup.Setup(p) }
-func (kernel) Check(p netsetup.Pod) (netsetup.Links, error) { return netsetup.Check(p) }
-func (kernel) Unroute(a []netsetup.Attachment) error        { return netsetup.Unroute(a) }
-func (kernel) DeleteVeths(names ...string) error            { return netsetup.DeleteVeths(names...) }
-func (kernel) PodRoutes(prefix string) ([]netsetup.PodRoute, error) {
+func (Kernel) Setup(p netsetup.Pod) (netsetup.Links, error) { return netsetup.Setup(p) }
+func (Kernel) Check(p netsetup.Pod) (netsetup.Links, error) { return netsetup.Check(p) }
+func (Kernel) Unroute(a []netsetup.Attachment) error        { return netsetup.Unroute(a) }
+func (Kernel) DeleteVeths(names ...string) error            { return netsetup.DeleteVeths(names...) }
+func (Kernel) PodRoutes(prefix string) ([]netsetup.PodRoute, error) {
 	veths, err := netsetup.OurVeths(prefix)
 	if err != nil {
 		return nil, err
@@ -81,7 +81,7 @@ var (
 type Plugin struct {
 	Cfg      *netconf.Config
 	Mgr      *alloc.Manager
-	wire     wirer
+	wire     Wirer
 	provider Provider
 	// addAttrs are what the last ADD's allocation adds to its log line
 	// (how long it waited on a dry pool, how warm was started).
@@ -91,7 +91,7 @@ type Plugin struct {
 
 // newPluginWith wires the verbs' dependencies together; the store refuses
 // to start from nothing on a node that has pods (stateLost).
-func newPluginWith(cfg *netconf.Config, mgr *alloc.Manager, w wirer, src Provider) *Plugin {
+func newPluginWith(cfg *netconf.Config, mgr *alloc.Manager, w Wirer, src Provider) *Plugin {
 	p := &Plugin{Cfg: cfg, Mgr: mgr, wire: w, provider: src}
 	mgr.Network, mgr.OnMissing = cfg.Network, p.stateLost
 	return p

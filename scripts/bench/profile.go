@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -19,15 +18,14 @@ import (
 	"strings"
 	"time"
 
-	cnins "github.com/containernetworking/cni/pkg/ns"
-	"github.com/containernetworking/cni/pkg/types"
-	current "github.com/containernetworking/cni/pkg/types/100"
-	cniversion "github.com/containernetworking/cni/pkg/version"
+	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/netconf"
 	"github.com/eni-cni/eni-cni/netsetup"
+	eniplugin "github.com/eni-cni/eni-cni/plugin"
 )
 
 // ---------------------------------------------------------------- pprof
@@ -69,17 +67,35 @@ func (t *timedStore) Save(st *alloc.State) error {
 
 func (t *timedStore) reset() { t.lock, t.load, t.save, t.unlock = 0, 0, 0, 0 }
 
-// benchConf is the subset of eni-cni's configuration the ADD path decodes.
-type benchConf struct {
-	types.PluginConf
-	StateDir        string   `json:"stateDir"`
-	MTU             int      `json:"mtu"`
-	CooldownSeconds *float64 `json:"cooldownSeconds"`
-	Pool            struct {
-		Source string   `json:"source"`
-		Ranges []string `json:"ranges"`
-	} `json:"pool"`
+// timedWire wraps the node's wiring (eniplugin.Kernel) and accumulates the
+// time of each kernel step.
+type timedWire struct {
+	eniplugin.Kernel
+	setup, unroute, deleteVeths time.Duration
 }
+
+func (t *timedWire) Setup(p netsetup.Pod) (netsetup.Links, error) {
+	t0 := time.Now()
+	l, err := t.Kernel.Setup(p)
+	t.setup += time.Since(t0)
+	return l, err
+}
+
+func (t *timedWire) Unroute(a []netsetup.Attachment) error {
+	t0 := time.Now()
+	err := t.Kernel.Unroute(a)
+	t.unroute += time.Since(t0)
+	return err
+}
+
+func (t *timedWire) DeleteVeths(names ...string) error {
+	t0 := time.Now()
+	err := t.Kernel.DeleteVeths(names...)
+	t.deleteVeths += time.Since(t0)
+	return err
+}
+
+func (t *timedWire) reset() { t.setup, t.unroute, t.deleteVeths = 0, 0, 0 }
 
 // steps of one in-process verb, in order; the durations go to samples.
 type stepTimer struct {
@@ -106,67 +122,48 @@ func (s *stepTimer) add(name string, d time.Duration) {
 	s.d[name] += d
 }
 
-// inprocAdd is the code path of `eni-cni` ADD with a static pool, made of
-// the repository's packages as package main wires them (cni.go, plugin.go):
-// decode the config, open the store, check the netns, allocate under the
-// lock (load, pick, atomic save), wire the veth with netsetup.Setup, print
-// the result, log one line.
-func inprocAdd(stdin []byte, cid, netnsPath string, podIndex int, ts *timedStore) (*stepTimer, alloc.Allocation, error) {
+// openTimed is the plugin a CNI verb builds from its stdin (package
+// plugin, as the binary's skel adapter calls it), with its store and wiring
+// timed.
+func openTimed(s *stepTimer, stdin []byte, ts *timedStore, tw *timedWire) (*eniplugin.Plugin, *netconf.Config, error) {
+	cfg, err := netconf.Parse(stdin)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.mark("decode config")
+	// A static pool: the provider needs nothing of the full build.
+	p, err := eniplugin.OpenWith(cfg, nil, tw)
+	if err != nil {
+		return nil, nil, err
+	}
+	ts.Store, p.Mgr.Store = p.Mgr.Store, ts
+	s.mark("open store, boot id")
+	ts.reset()
+	tw.reset()
+	return p, cfg, nil
+}
+
+// inprocAdd is the code path of `eni-cni` ADD with a static pool: the
+// plugin's own (plugin.Attach: check the netns, allocate under the lock,
+// wire with netsetup.Setup), then the result printed and one log line, as
+// plugin.CNI.Add does them.
+func inprocAdd(stdin []byte, cid, netnsPath string, podIndex int, ts *timedStore, tw *timedWire) (*stepTimer, alloc.Allocation, error) {
 	var a alloc.Allocation
 	s := newStepTimer()
-	if _, err := (&cniversion.ConfigDecoder{}).Decode(stdin); err != nil {
-		return s, a, err
-	}
-	var conf benchConf
-	if err := json.Unmarshal(stdin, &conf); err != nil {
-		return s, a, err
-	}
-	pool, err := alloc.ParseRanges(conf.Pool.Ranges)
+	p, cfg, err := openTimed(s, stdin, ts, tw)
 	if err != nil {
 		return s, a, err
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	s.mark("decode config")
-	disk, err := alloc.NewDiskStore(conf.StateDir)
+	args := &skel.CmdArgs{ContainerID: cid, Netns: netnsPath, IfName: ifName, StdinData: stdin,
+		Args: fmt.Sprintf("K8S_POD_NAMESPACE=bench;K8S_POD_NAME=pod-%d;K8S_POD_UID=uid-%s", podIndex, cid[:16])}
+	res, attrs, err := p.Attach(context.Background(), args)
+	s.mark("plugin.Attach (check netns, allocate, wire)")
 	if err != nil {
 		return s, a, err
 	}
-	bootID, err := alloc.ReadBootID()
-	if err != nil {
-		return s, a, err
-	}
-	ts.Store = disk
-	mgr := &alloc.Manager{Store: ts, Pool: pool, BootID: bootID, Cooldown: time.Duration(*conf.CooldownSeconds * float64(time.Second)), LockTimeout: 10 * time.Second}
-	s.mark("open store, boot id")
-	if _, err := os.Stat(netnsPath); err != nil {
-		return s, a, err
-	}
-	if same, e := cnins.CheckNetNS(netnsPath); e != nil || same {
-		return s, a, fmt.Errorf("bad netns %s", netnsPath)
-	}
-	s.mark("check netns")
-	key := alloc.Key{Network: conf.Name, ContainerID: cid, IfName: ifName}
-	veth := netsetup.HostVethName("eni", cid, ifName)
-	ts.reset()
-	a, _, _, err = mgr.AllocateWithSource(context.Background(), alloc.Request{Key: key, Netns: netnsPath,
-		PodNamespace: "bench", PodName: fmt.Sprintf("pod-%d", podIndex), PodUID: "uid-" + cid[:16], HostVeth: veth})
-	s.mark("allocate (total)")
-	if err != nil {
-		return s, a, err
-	}
-	links, err := netsetup.Setup(netsetup.Pod{Netns: netnsPath, IfName: ifName, HostVeth: veth, IP: a.IP, MTU: conf.MTU})
-	s.mark("netsetup.Setup (veth, addresses, routes, neighbour, host route, rule)")
-	if err != nil {
-		return s, a, err
-	}
-	gw := netsetup.GatewayIP().AsSlice()
-	res := &current.Result{
-		CNIVersion: current.ImplementedSpecVersion,
-		Interfaces: []*current.Interface{{Name: veth, Mac: links.HostMAC.String()}, {Name: ifName, Mac: links.PodMAC.String(), Sandbox: netnsPath}},
-		IPs:        []*current.IPConfig{{Interface: current.Int(1), Address: net.IPNet{IP: a.IP.AsSlice(), Mask: net.CIDRMask(32, 32)}, Gateway: gw}},
-		Routes:     []*types.Route{{Dst: net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, GW: gw}},
-	}
-	out, err := res.GetAsVersion(conf.CNIVersion)
+	a.IP, _ = netip.AddrFromSlice(res.IPs[0].Address.IP.To4())
+	out, err := res.GetAsVersion(cfg.CNIVersion)
 	if err != nil {
 		return s, a, err
 	}
@@ -174,55 +171,33 @@ func inprocAdd(stdin []byte, cid, netnsPath string, podIndex int, ts *timedStore
 		return s, a, err
 	}
 	s.mark("print result")
-	logger.Info("ADD", "network", conf.Name, "containerID", cid, "ifname", ifName, "ip", a.IP.String(), "pod", "bench/pod")
+	logger.Info("ADD", append([]any{"network", cfg.Network, "containerID", cid, "ifname", ifName}, attrs...)...)
 	s.mark("log line")
 	s.add("  allocate: flock", ts.lock)
 	s.add("  allocate: load (read + JSON decode + validate)", ts.load)
 	s.add("  allocate: save (JSON encode + write + fsync + rename + fsync dir)", ts.save)
 	s.add("  allocate: unlock", ts.unlock)
+	s.add("  wire: netsetup.Setup (veth, addresses, routes, neighbour, host route, rule)", tw.setup)
 	return s, a, nil
 }
 
-// inprocDel is the DEL path: look up under the lock, tear down by name,
-// release under the lock.
-func inprocDel(stdin []byte, cid string, ip netip.Addr, ts *timedStore) (*stepTimer, error) {
+// inprocDel is the DEL path, the plugin's own (plugin.Detach): look up,
+// unroute and release under one hold of the lock, the veth deleted beside
+// the save.
+func inprocDel(stdin []byte, cid string, ts *timedStore, tw *timedWire) (*stepTimer, error) {
 	s := newStepTimer()
-	var conf benchConf
-	if err := json.Unmarshal(stdin, &conf); err != nil {
-		return s, err
-	}
-	pool, err := alloc.ParseRanges(conf.Pool.Ranges)
+	p, _, err := openTimed(s, stdin, ts, tw)
 	if err != nil {
 		return s, err
 	}
-	s.mark("decode config")
-	disk, err := alloc.NewDiskStore(conf.StateDir)
+	err = p.Detach(context.Background(), &skel.CmdArgs{ContainerID: cid, IfName: ifName, StdinData: stdin})
+	s.mark("plugin.Detach (lock, load, unroute, save, unlock; veth deleted meanwhile)")
 	if err != nil {
 		return s, err
 	}
-	bootID, err := alloc.ReadBootID()
-	if err != nil {
-		return s, err
-	}
-	ts.Store = disk
-	mgr := &alloc.Manager{Store: ts, Pool: pool, BootID: bootID, Cooldown: time.Duration(*conf.CooldownSeconds * float64(time.Second)), LockTimeout: 10 * time.Second}
-	s.mark("open store, boot id")
-	key := alloc.Key{Network: conf.Name, ContainerID: cid, IfName: ifName}
-	ts.reset()
-	a, found, err := mgr.Get(context.Background(), key)
-	s.mark("look up (lock, load, unlock)")
-	if err != nil || !found || a.IP != ip {
-		return s, fmt.Errorf("look up %s: found %v, %v", cid, found, err)
-	}
-	if err := netsetup.Teardown(a.HostVeth, a.IP); err != nil {
-		return s, err
-	}
-	s.mark("netsetup.Teardown (delete veth, list + delete rules)")
-	if _, _, err := mgr.Release(context.Background(), key, a.IP); err != nil {
-		return s, err
-	}
-	s.mark("release (lock, load, save, unlock)")
 	s.add("  store: save (JSON encode + write + fsync + rename + fsync dir)", ts.save)
+	s.add("  wire: netsetup.Unroute (list + delete rules, host route)", tw.unroute)
+	s.add("  wire: netsetup.DeleteVeths", tw.deleteVeths)
 	return s, nil
 }
 
@@ -287,7 +262,7 @@ func (b *bench) phaseProfile(ctx context.Context) error {
 		}
 		runtime.UnlockOSThread()
 	}()
-	ts := &timedStore{}
+	ts, tw := &timedStore{}, &timedWire{}
 	done := 0
 	var full []byte // the state file with len(pods) allocations
 	type held struct {
@@ -305,7 +280,7 @@ func (b *bench) phaseProfile(ctx context.Context) error {
 		for i := 0; i < len(pods) && done < b.cfg.profileAdds; i++ {
 			cid := fmt.Sprintf("%064x", uint64(round)<<32|uint64(i)+1)
 			t0 := time.Now()
-			s, a, err := inprocAdd(stdin, cid, pods[i].path, i, ts)
+			s, a, err := inprocAdd(stdin, cid, pods[i].path, i, ts, tw)
 			total := time.Since(t0)
 			if err != nil {
 				return fmt.Errorf("in-process ADD %d: %w", done, err)
@@ -323,7 +298,7 @@ func (b *bench) phaseProfile(ctx context.Context) error {
 		}
 		for i, h := range attached {
 			t0 := time.Now()
-			s, err := inprocDel(stdin, h.cid, h.ip, ts)
+			s, err := inprocDel(stdin, h.cid, ts, tw)
 			total := time.Since(t0)
 			if err != nil {
 				return fmt.Errorf("in-process DEL: %w", err)

@@ -536,7 +536,7 @@ func (b *bench) writeMarkdown(path string) error {
 		b.cfg.gcAllocs, b.cfg.gcSandboxes, b.cfg.gcDead)
 	p("`eni-cni gc --grace 60s` (the store aged past it) frees those %d (veths torn down, one save); the CNI GC verb does the same from `cni.dev/valid-attachments`. CRI calls served: %s.\n", b.cfg.gcDead, r.CRICalls)
 	p("- EC2: `ec2fake` + `ec2.Warmer` in process with a hand-moved clock, the scenario of `TestWarmCreatesENIsUpToLimit` (m5.large, warmIPTarget 5, warm every 5th pod and when ADD finds the pool empty), then 120 warm passes 30 s apart.\n")
-	p("- Profiles: the ADD code path run in process %d times (the repository's `alloc.Manager` on the disk store + `netsetup.Setup` + result printing, as `cni.go`/`plugin.go` wire them) under `runtime/pprof`, ",
+	p("- Profiles: the ADD code path run in process %d times (package plugin's own `OpenWith` and `Attach`: `alloc.Manager` on the disk store + `netsetup.Setup`, then result printing, as the CNI verb runs them) under `runtime/pprof`, ",
 		b.cfg.profileAdds)
 	p("ADDs and DELs profiled separately (`_out/bench/add-cpu.pprof`, `del-cpu.pprof`); per-step wall times from timers around the same calls. ")
 	p("A CPU profile does not show waiting (fsync, RCU grace periods in veth deletion): the step timings do. %s.\n\n", r.PerfNote)
