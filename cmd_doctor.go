@@ -27,7 +27,7 @@ func cmdDoctor(args []string, stdout, stderr io.Writer) error {
 			Fix: "fix the file, or point --config at the conflist with the eni-cni plugin"}}
 	} else {
 		results = append([]doctor.Result{{Name: "config", Status: doctor.OK,
-			Message: fmt.Sprintf("%s: network %q, %s pool, state in %s", path, p.Cfg.Network, p.Cfg.Source, p.Cfg.StateDir)}},
+			Message: fmt.Sprintf("%s: network %q, %s pool, state in %s", path, p.Cfg.Network, p.Cfg.Provider, p.Cfg.StateDir)}},
 			doctor.Run(context.Background(), doctor.NodeEnv(p.Cfg, p.Mgr.Store, plugin.HostNetwork{Prefix: p.Cfg.VethPrefix}, *root, *proc, *endpoint))...)
 	}
 	if *asJSON {

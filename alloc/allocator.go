@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 	"github.com/eni-cni/eni-cni/fault"
 )
 
@@ -202,7 +202,7 @@ func (m *Manager) Allocate(ctx context.Context, req Request) (a Allocation, exis
 // (State.EC2, nil for the static source) as read in the same locked read,
 // so the ec2 source can prepare the address's ENI without reading the state
 // again. The section is the caller's copy; changing it changes nothing.
-func (m *Manager) AllocateWithSource(ctx context.Context, req Request) (a Allocation, existed bool, source *pool.EC2, err error) {
+func (m *Manager) AllocateWithSource(ctx context.Context, req Request) (a Allocation, existed bool, source *section.EC2, err error) {
 	err = m.Update(ctx, func(st *State) (changed bool, err error) {
 		source = st.EC2
 		a, existed, changed, err = m.AllocateIn(st, req)
@@ -353,7 +353,7 @@ func (m *Manager) Get(ctx context.Context, k Key) (a Allocation, found bool, err
 }
 
 // GetWithSource is Get that also returns State.EC2.
-func (m *Manager) GetWithSource(ctx context.Context, k Key) (a Allocation, found bool, source *pool.EC2, err error) {
+func (m *Manager) GetWithSource(ctx context.Context, k Key) (a Allocation, found bool, source *section.EC2, err error) {
 	err = m.Update(ctx, func(st *State) (bool, error) {
 		source = st.EC2
 		if i := st.Find(k); i >= 0 {

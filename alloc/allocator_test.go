@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
 // clock is a settable time source for cooldown tests.
@@ -175,7 +175,7 @@ func TestNewBootDropsAllocationsNotPool(t *testing.T) {
 	m.Allocate(ctx, req("b"))
 	m.Release(ctx, key("b"), netip.Addr{})
 	err := m.Update(ctx, func(st *State) (bool, error) {
-		st.EC2 = &pool.EC2{Addrs: []pool.Addr{{IP: netip.MustParseAddr("10.1.0.9"), ENI: "eni-1", Origin: pool.OriginAssigned}}}
+		st.EC2 = &section.EC2{Addrs: []section.Addr{{IP: netip.MustParseAddr("10.1.0.9"), ENI: "eni-1", Origin: section.OriginAssigned}}}
 		return true, nil
 	})
 	if err != nil {
@@ -315,7 +315,7 @@ func TestSavePrunesTombstonesAndStampsVersion(t *testing.T) {
 	ctx := context.Background()
 	err := m.Update(ctx, func(st *State) (bool, error) {
 		st.Version = 1 // as if loaded from an older file
-		st.EC2 = &pool.EC2{Tombstones: []pool.Tombstone{
+		st.EC2 = &section.EC2{Tombstones: []section.Tombstone{
 			{IP: netip.MustParseAddr("10.0.0.1"), Until: now.Add(-time.Second)},
 			{IP: netip.MustParseAddr("10.0.0.2"), Until: now.Add(time.Minute)},
 		}}

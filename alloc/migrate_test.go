@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files of testdata/state")
@@ -128,7 +128,7 @@ func checkMigrated(t *testing.T, orig []byte, st *State) {
 	}
 	for i, p := range v1.Pool {
 		a := sec.Addrs[i]
-		if a.IP != p.IP || a.ENI != p.ENI || a.Unusable != p.Unusable || a.Origin != pool.OriginFound {
+		if a.IP != p.IP || a.ENI != p.ENI || a.Unusable != p.Unusable || a.Origin != section.OriginFound {
 			t.Errorf("address %d: %+v from %+v", i, a, p)
 		}
 	}

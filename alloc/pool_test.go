@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
 func TestParseRanges(t *testing.T) {
@@ -83,16 +83,16 @@ func TestParseRangesErrors(t *testing.T) {
 
 func TestStoredPoolUsesOnlyUsable(t *testing.T) {
 	st := NewState("")
-	st.EC2 = &pool.EC2{
-		ENIs: []pool.ENI{{ID: "eni-a"}, {ID: "eni-b", DeviceNumber: 1}, {ID: "eni-c", DeviceNumber: 2, Unmanaged: true}, {ID: "eni-d", DeviceNumber: 3, Unverified: true}},
-		Addrs: []pool.Addr{
-			{IP: netip.MustParseAddr("10.0.1.5"), ENI: "eni-a", Origin: pool.OriginAssigned},
-			{IP: netip.MustParseAddr("10.0.1.6"), ENI: "eni-a", Origin: pool.OriginAssigned, Unusable: true},
-			{IP: netip.MustParseAddr("10.0.1.7"), ENI: "eni-a", Origin: pool.OriginAssigned, Lost: true},
-			{IP: netip.MustParseAddr("10.0.1.8"), ENI: "eni-a", Origin: pool.OriginFound},
-			{IP: netip.MustParseAddr("10.0.2.7"), ENI: "eni-b", Origin: pool.OriginFound},
-			{IP: netip.MustParseAddr("10.0.3.7"), ENI: "eni-c", Origin: pool.OriginFound},
-			{IP: netip.MustParseAddr("10.0.4.7"), ENI: "eni-d", Origin: pool.OriginFound},
+	st.EC2 = &section.EC2{
+		ENIs: []section.ENI{{ID: "eni-a"}, {ID: "eni-b", DeviceNumber: 1}, {ID: "eni-c", DeviceNumber: 2, Unmanaged: true}, {ID: "eni-d", DeviceNumber: 3, Unverified: true}},
+		Addrs: []section.Addr{
+			{IP: netip.MustParseAddr("10.0.1.5"), ENI: "eni-a", Origin: section.OriginAssigned},
+			{IP: netip.MustParseAddr("10.0.1.6"), ENI: "eni-a", Origin: section.OriginAssigned, Unusable: true},
+			{IP: netip.MustParseAddr("10.0.1.7"), ENI: "eni-a", Origin: section.OriginAssigned, Lost: true},
+			{IP: netip.MustParseAddr("10.0.1.8"), ENI: "eni-a", Origin: section.OriginFound},
+			{IP: netip.MustParseAddr("10.0.2.7"), ENI: "eni-b", Origin: section.OriginFound},
+			{IP: netip.MustParseAddr("10.0.3.7"), ENI: "eni-c", Origin: section.OriginFound},
+			{IP: netip.MustParseAddr("10.0.4.7"), ENI: "eni-d", Origin: section.OriginFound},
 		},
 	}
 	p := StoredPool{Exclude: []netip.Prefix{netip.MustParsePrefix("10.0.1.8/32")}}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
 // Salvage reads what it can from the bytes of a state file that Load
@@ -87,7 +87,7 @@ func Salvage(data []byte) (st *State, notes []string) {
 	// The ec2 section is kept whole or not at all: it is one instance's
 	// facts, and warm reads the rest back from IMDS and EC2.
 	if len(raw.EC2) > 0 && string(raw.EC2) != "null" {
-		var sec pool.EC2
+		var sec section.EC2
 		switch err := json.Unmarshal(raw.EC2, &sec); {
 		case err != nil:
 			notes = append(notes, fmt.Sprintf("ec2 section dropped: %v", err))

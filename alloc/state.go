@@ -12,7 +12,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
 // SchemaVersion is the state file format this binary reads and writes.
@@ -22,7 +22,7 @@ import (
 // (migrate.go, with fixtures of each version in testdata/).
 //
 //	1: allocations, cooling, lastIP; ec2 data in "pool" and an opaque "source"
-//	2: ec2 data in one typed section "ec2" (pool.EC2), each address with its origin
+//	2: ec2 data in one typed section "ec2" (section.EC2), each address with its origin
 const SchemaVersion = 2
 
 // Key identifies one attachment of a sandbox to a network, the identity the
@@ -74,9 +74,9 @@ type State struct {
 	// LastIP is where the previous allocation ended, so addresses are
 	// handed out round-robin and a freed one is reused as late as possible.
 	LastIP netip.Addr `json:"lastIP"`
-	// EC2 is the ec2 source's section, owned by package ec2/pool; nil for
+	// EC2 is the ec2 provider's section, owned by package ec2/section; nil for
 	// the static source. The store only carries, migrates and prunes it.
-	EC2 *pool.EC2 `json:"ec2,omitempty"`
+	EC2 *section.EC2 `json:"ec2,omitempty"`
 	// Demands are ADDs waiting for an address on a dry pool.
 	Demands []Demand `json:"demands,omitempty"`
 	// Networks are the networks that have written this file (sorted): with

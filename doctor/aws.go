@@ -19,7 +19,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	eniec2 "github.com/eni-cni/eni-cni/ec2"
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
 // EC2API is every EC2 action eni-cni uses, probed for permission.
@@ -239,7 +239,7 @@ func judge(err error) (verdict, string) {
 }
 
 // checkPermissions probes every EC2 action eni-cni uses.
-func checkPermissions(ctx context.Context, e *Env, src *pool.EC2, info *instanceInfo) Result {
+func checkPermissions(ctx context.Context, e *Env, src *section.EC2, info *instanceInfo) Result {
 	const name = "ec2-permissions"
 	if e.Source != "ec2" {
 		return skip(name, "the %s pool makes no EC2 calls", e.Source)

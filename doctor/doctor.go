@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 	"github.com/eni-cni/eni-cni/gc"
 )
 
@@ -77,7 +77,7 @@ type Env struct {
 	Network, Source, StateDir, VethPrefix string
 	Store                                 alloc.Store // read with Load only
 	Pool                                  alloc.Pool
-	Warm                                  pool.WarmConfig
+	Warm                                  section.WarmConfig
 
 	IMDSEndpoint string // "" = the link-local default
 	// EC2 builds the client for the permission probes once the region is
@@ -168,7 +168,7 @@ func Print(w io.Writer, rs []Result) {
 }
 
 // loadStore reads the state without the lock (doctor writes nothing).
-func (e *Env) loadStore() (*alloc.State, *pool.EC2, Result) {
+func (e *Env) loadStore() (*alloc.State, *section.EC2, Result) {
 	const name = "store"
 	if e.Store == nil {
 		return nil, nil, skip(name, "no store configured")
@@ -194,11 +194,11 @@ func poolSize(e *Env, st *alloc.State) int {
 
 // secondaryENIs are the store's ENIs other than the primary that eni-cni
 // uses (an ENI tagged no_manage belongs to someone else).
-func secondaryENIs(src *pool.EC2) []pool.ENI {
+func secondaryENIs(src *section.EC2) []section.ENI {
 	if src == nil {
 		return nil
 	}
-	var out []pool.ENI
+	var out []section.ENI
 	for _, eni := range src.ENIs {
 		if (eni.DeviceNumber > 0 || eni.NetworkCard > 0) && !eni.Unmanaged {
 			out = append(out, eni)
@@ -208,7 +208,7 @@ func secondaryENIs(src *pool.EC2) []pool.ENI {
 }
 
 // linkNames maps the store's ENI MACs to the node's link names.
-func (e *Env) linkNames(src *pool.EC2) (byMAC map[string]string, primary string) {
+func (e *Env) linkNames(src *section.EC2) (byMAC map[string]string, primary string) {
 	byMAC = map[string]string{}
 	if e.Links == nil || src == nil {
 		return byMAC, ""

@@ -14,7 +14,7 @@ import (
 
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 	"github.com/eni-cni/eni-cni/gc"
 	"github.com/eni-cni/eni-cni/gc/cri"
 	"github.com/eni-cni/eni-cni/gc/crifake"
@@ -64,10 +64,10 @@ func want(t *testing.T, r Result, status Status, substr string) {
 
 // An ec2 node with one secondary ENI, known to the store and the kernel.
 var (
-	eni1 = pool.ENI{ID: "eni-1", MAC: "0a:00:00:00:00:01", DeviceNumber: 1, SubnetID: "subnet-1"}
-	src  = &pool.EC2{InstanceID: "i-1", InstanceType: "m5.large", Region: "us-east-1",
-		Limits: &pool.Limits{MaxENIs: 3, IPv4PerENI: 10, VCPUs: 2},
-		ENIs:   []pool.ENI{{ID: "eni-0", MAC: "0a:00:00:00:00:00", SubnetID: "subnet-0"}, eni1}}
+	eni1 = section.ENI{ID: "eni-1", MAC: "0a:00:00:00:00:01", DeviceNumber: 1, SubnetID: "subnet-1"}
+	src  = &section.EC2{InstanceID: "i-1", InstanceType: "m5.large", Region: "us-east-1",
+		Limits: &section.Limits{MaxENIs: 3, IPv4PerENI: 10, VCPUs: 2},
+		ENIs:   []section.ENI{{ID: "eni-0", MAC: "0a:00:00:00:00:00", SubnetID: "subnet-0"}, eni1}}
 	links = func() ([]Link, error) {
 		return []Link{{Name: "eth0", MAC: "0a:00:00:00:00:00"}, {Name: "eth1", MAC: "0a:00:00:00:00:01"}}, nil
 	}
@@ -189,7 +189,7 @@ func TestSysctls(t *testing.T) {
 	e.ProcRoot = procTree(t, map[string]string{"net.ipv4.ip_forward": "1", "net.ipv4.conf.all.rp_filter": "1", "net.ipv4.conf.eth1.rp_filter": "2"})
 	want(t, checkIPForward(e), OK, "=1")
 	want(t, checkRPFilter(e, src), OK, "loose or off")
-	want(t, checkRPFilter(e, &pool.EC2{ENIs: src.ENIs[:1]}), Skip, "no secondary")
+	want(t, checkRPFilter(e, &section.EC2{ENIs: src.ENIs[:1]}), Skip, "no secondary")
 }
 
 func TestForwardPolicy(t *testing.T) {
@@ -331,7 +331,7 @@ func TestKubeletMaxPods(t *testing.T) {
 	want(t, checkMaxPods(e, src), OK, "20 pods (/etc/kubelet.json)")
 	e.ProcRoot = tree(t, map[string]string{"/4242/cmdline": "kubelet\x00--config=/etc/kubelet.json\x00--max-pods=64\x00"})
 	want(t, checkMaxPods(e, src), Fail, "64 pods (kubelet --max-pods)")
-	want(t, checkMaxPods(e, &pool.EC2{}), Skip, "until warm has run")
+	want(t, checkMaxPods(e, &section.EC2{}), Skip, "until warm has run")
 }
 
 // IMDS reachable with a token; unreachable; the token reply lost.

@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
 // unitFile is a parsed systemd-style INI file (.network, .link, .conf):
@@ -164,7 +164,7 @@ func firstMatch(files []confFile, i iface) *confFile {
 
 // eniIfaces are the secondary ENIs as the kernel names them, or typical
 // names of hot-plugged ENIs when none is known yet.
-func (e *Env) eniIfaces(src *pool.EC2) []iface {
+func (e *Env) eniIfaces(src *section.EC2) []iface {
 	byMAC, _ := e.linkNames(src)
 	var out []iface
 	for _, eni := range secondaryENIs(src) {
@@ -212,7 +212,7 @@ const unmanagedNetworkFile = "/etc/systemd/network/10-eni-cni-unmanaged.network"
 
 // checkNetworkd: systemd-networkd configuring our ENIs (DHCP, routes of
 // its own) or removing our rules and routes as foreign.
-func checkNetworkd(e *Env, src *pool.EC2) []Result {
+func checkNetworkd(e *Env, src *section.EC2) []Result {
 	const name = "systemd-networkd"
 	if !e.unitInstalled("systemd-networkd.service") || !(e.unitRuns("systemd-networkd.service") || e.unitEnabled("dbus-org.freedesktop.network1.service")) {
 		return []Result{skip(name, "not running")}
@@ -315,7 +315,7 @@ func nmSpecMatches(spec string, i iface) bool {
 	return include && !exclude
 }
 
-func checkNetworkManager(e *Env, src *pool.EC2) []Result {
+func checkNetworkManager(e *Env, src *section.EC2) []Result {
 	var out []Result
 	const name = "NetworkManager"
 	if !e.unitInstalled("NetworkManager.service") || !e.unitRuns("NetworkManager.service") {

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 	"github.com/eni-cni/eni-cni/metrics"
 )
 
@@ -38,7 +38,7 @@ func checkIPForward(e *Env) Result {
 // while the main table routes their source elsewhere; strict reverse-path
 // filtering (1) drops them. The kernel uses the larger of "all" and the
 // link's own value.
-func checkRPFilter(e *Env, src *pool.EC2) Result {
+func checkRPFilter(e *Env, src *section.EC2) Result {
 	const name = "rp_filter"
 	enis := secondaryENIs(src)
 	if len(enis) == 0 {
@@ -332,7 +332,7 @@ func (e *Env) kubeletMaxPods() (int, string, bool) {
 	return 110, configPath + " (kubelet's default)", true
 }
 
-func checkMaxPods(e *Env, src *pool.EC2) Result {
+func checkMaxPods(e *Env, src *section.EC2) Result {
 	const name = "kubelet-maxpods"
 	maxPods, where, found := e.kubeletMaxPods()
 	if !found {
@@ -342,9 +342,9 @@ func checkMaxPods(e *Env, src *pool.EC2) Result {
 	var basis string
 	switch {
 	case e.Source == "ec2" && src != nil && src.Limits != nil:
-		capacity = pool.MaxAllowedPods(*src.Limits, e.Warm.PrefixDelegation, e.Warm.MaxENIs)
+		capacity = section.MaxAllowedPods(*src.Limits, e.Warm.PrefixDelegation, e.Warm.MaxENIs)
 		basis = fmt.Sprintf("%s: %d pod addresses + 2 host-network pods", src.InstanceType, capacity-2)
-		if rec := pool.MaxPods(*src.Limits, e.Warm.PrefixDelegation, e.Warm.MaxENIs); maxPods > capacity {
+		if rec := section.MaxPods(*src.Limits, e.Warm.PrefixDelegation, e.Warm.MaxENIs); maxPods > capacity {
 			return fail(name, fmt.Sprintf("set maxPods: %d in %s (`eni-cni max-pods` prints it) and restart kubelet", rec, where),
 				"kubelet allows %d pods (%s) but this node can address %d (%s): pods beyond sit in ContainerCreating", maxPods, where, capacity, basis)
 		}

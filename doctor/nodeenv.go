@@ -20,7 +20,7 @@ import (
 func NodeEnv(cfg *netconf.Config, store alloc.Store, host gc.Host, root, proc, criEndpoint string) *Env {
 	e := &Env{
 		Root: root, ProcRoot: proc, Now: time.Now(),
-		Network: cfg.Network, Source: cfg.Source, StateDir: cfg.StateDir, VethPrefix: cfg.VethPrefix,
+		Network: cfg.Network, Source: cfg.Provider, StateDir: cfg.StateDir, VethPrefix: cfg.VethPrefix,
 		Store: store, Pool: cfg.Pool, Warm: cfg.Warm,
 		IMDSEndpoint: cfg.IMDSEndpoint,
 		Host:         host,

@@ -14,7 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
 // TestClockJumpBackNeitherBlindsNorLoops: the wall clock was a year ahead
@@ -25,7 +25,7 @@ import (
 // go, the steady state must cost one describe per hour, not one per pass,
 // and the hourly safety net must not wait a year.
 func TestClockJumpBackNeitherBlindsNorLoops(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 5})
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, section.WarmConfig{WarmIPTarget: 5})
 	real := e.now
 	e.now = real.Add(365 * 24 * time.Hour)
 	e.warm(t)
@@ -87,7 +87,7 @@ func (o overrideMD) GetMetadata(ctx context.Context, in *imds.GetMetadataInput, 
 func TestBogusInstanceIDKeepsTheStore(t *testing.T) {
 	for name, id := range map[string]string{"empty": "", "html": "<html><body>proxy</body></html>", "spaces": "i-01 23"} {
 		t.Run(name, func(t *testing.T) {
-			e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 3})
+			e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, section.WarmConfig{WarmIPTarget: 3})
 			e.warm(t)
 			_, _, before := e.counts(t)
 			e.w.MD = overrideMD{e.w.MD, map[string]string{"instance-id": id}}
@@ -116,7 +116,7 @@ func (emptyDescribe) DescribeNetworkInterfaces(context.Context, *ec2.DescribeNet
 // it as the truth dropped every ENI, flagged every pod's address lost and
 // tried to create an ENI in no subnet.
 func TestDescribeWithoutThePrimaryENIChangesNothing(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 7})
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, section.WarmConfig{WarmIPTarget: 7})
 	e.warm(t)
 	e.addPods(t, 2)
 	_, _, before := e.counts(t)
@@ -163,7 +163,7 @@ func (s serverErrorAfter) RoundTrip(r *http.Request) (*http.Response, error) {
 // an ENI EC2 did create. Taking it for a refusal dropped the pending record
 // and the dirty mark, so the ENI leaked until the next boot's sweep.
 func TestServerErrorIsNotARefusal(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 5})
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, section.WarmConfig{WarmIPTarget: 5})
 	e.warm(t)
 	e.addPods(t, 5)
 	real := e.w.API

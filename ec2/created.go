@@ -9,7 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
 // ENIDescriber is the EC2 call that lists ENIs.
@@ -83,7 +83,7 @@ func createdFrom(ni types.NetworkInterface) CreatedENI {
 // small reads, not the whole discovery).
 func Identity(ctx context.Context, md Metadata) (id, region string, err error) {
 	r := reader{md: md}
-	inst := pool.Instance{ID: r.get(ctx, "instance-id"), AZ: r.get(ctx, "placement/availability-zone")}
+	inst := section.Instance{ID: r.get(ctx, "instance-id"), AZ: r.get(ctx, "placement/availability-zone")}
 	if rn := r.optionalList(ctx, "placement/region"); len(rn) == 1 {
 		inst.RegionName = rn[0]
 	}

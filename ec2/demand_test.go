@@ -11,7 +11,7 @@ import (
 
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
 // demand records n ADDs waiting on a dry pool for wait, as the plugin does.
@@ -32,7 +32,7 @@ func (e *env) demand(t *testing.T, n int, wait time.Duration) []alloc.Key {
 	return keys
 }
 
-func (e *env) lastPass(t *testing.T) *pool.PassOutcome {
+func (e *env) lastPass(t *testing.T) *section.PassOutcome {
 	t.Helper()
 	_, _, src := e.counts(t)
 	return src.LastPass
@@ -45,7 +45,7 @@ func (e *env) lastPass(t *testing.T) *pool.PassOutcome {
 // for them. Afterwards an hour of timer passes assigns nothing and writes
 // no outcome.
 func TestWarmSizesByDemand(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge"}, pool.WarmConfig{WarmIPTarget: 5})
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge"}, section.WarmConfig{WarmIPTarget: 5})
 	keys := e.demand(t, 30, 25*time.Second)
 	w, err := e.mgr.Watch()
 	if err != nil {
@@ -70,7 +70,7 @@ func TestWarmSizesByDemand(t *testing.T) {
 	if len(e.host.setup) != 2 {
 		t.Errorf("new ENIs set up on the node: %v, want 2", e.host.setup)
 	}
-	if o := src.LastPass; o == nil || o.Result != pool.PassDone || !o.At.Equal(e.now.UTC()) || !src.PassStartedAt.IsZero() {
+	if o := src.LastPass; o == nil || o.Result != section.PassDone || !o.At.Equal(e.now.UTC()) || !src.PassStartedAt.IsZero() {
 		t.Errorf("outcome %+v (started %v), want done at the pass's time and no pass under way", o, src.PassStartedAt)
 	}
 	if src.Limits.VCPUs != 4 {
@@ -110,7 +110,7 @@ func TestWarmSizesByDemand(t *testing.T) {
 // four ENIs in one pass (56 addresses) and the outcome says the instance
 // limit is reached.
 func TestWarmDemandBeyondTheInstance(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge"}, pool.WarmConfig{WarmIPTarget: 5})
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge"}, section.WarmConfig{WarmIPTarget: 5})
 	e.demand(t, 58, 25*time.Second)
 	e.warm(t)
 	c, _, src := e.counts(t)
@@ -120,8 +120,8 @@ func TestWarmDemandBeyondTheInstance(t *testing.T) {
 	if n := e.fake.Calls()["AssignPrivateIpAddresses"]; n != 1 {
 		t.Errorf("AssignPrivateIpAddresses called %d times, want 1", n)
 	}
-	if o := src.LastPass; o == nil || o.Result != pool.PassInstanceLimit {
-		t.Errorf("outcome %+v, want %s", o, pool.PassInstanceLimit)
+	if o := src.LastPass; o == nil || o.Result != section.PassInstanceLimit {
+		t.Errorf("outcome %+v, want %s", o, section.PassInstanceLimit)
 	}
 	if !src.AtHardLimit(0) {
 		t.Error("the store does not show the node at its hard limit")
@@ -143,15 +143,15 @@ func TestWarmFailureRecordedForWaiters(t *testing.T) {
 		msg    string
 	}{
 		{"throttled", ec2fake.Config{InstanceType: "m5.large"}, func(f *ec2fake.Server) { f.Throttle(ec2fake.AllActions, 1000) },
-			pool.PassThrottled, "RequestLimitExceeded"},
+			section.PassThrottled, "RequestLimitExceeded"},
 		{"IAM denied", ec2fake.Config{InstanceType: "m5.large"}, func(f *ec2fake.Server) {
 			f.InjectFault("AssignPrivateIpAddresses", ec2fake.Fault{Code: "UnauthorizedOperation", Message: "You are not authorized to perform this operation."})
-		}, pool.PassDenied, "UnauthorizedOperation"},
+		}, section.PassDenied, "UnauthorizedOperation"},
 		{"subnet full", ec2fake.Config{InstanceType: "m5.large", VPCCIDRs: []string{"10.0.0.0/16"}, Subnets: []ec2fake.SubnetConfig{{CIDR: "10.0.0.0/28"}}},
-			func(*ec2fake.Server) {}, pool.PassSubnetFull, "InsufficientFreeAddressesInSubnet"},
+			func(*ec2fake.Server) {}, section.PassSubnetFull, "InsufficientFreeAddressesInSubnet"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, tc.cfg, pool.WarmConfig{WarmIPTarget: 5})
+			e := newEnv(t, tc.cfg, section.WarmConfig{WarmIPTarget: 5})
 			e.w.API = NewAPI(e.fake.URL(), "us-east-1", NewMetadataClient(e.fake.URL()), fastRetry)
 			e.warm(t) // limits and the first addresses; nobody waits
 			if e.lastPass(t) != nil {
@@ -184,13 +184,13 @@ func TestWarmFailureRecordedForWaiters(t *testing.T) {
 }
 
 func TestClassify(t *testing.T) {
-	if got := classify(false, nil); got != pool.PassDone {
+	if got := classify(false, nil); got != section.PassDone {
 		t.Errorf("nil: %s", got)
 	}
-	if got := classify(true, nil); got != pool.PassInstanceLimit {
+	if got := classify(true, nil); got != section.PassInstanceLimit {
 		t.Errorf("short: %s", got)
 	}
-	if got := classify(false, fmt.Errorf("dial tcp: refused")); got != pool.PassFailed {
+	if got := classify(false, fmt.Errorf("dial tcp: refused")); got != section.PassFailed {
 		t.Errorf("other: %s", got)
 	}
 }
@@ -203,7 +203,7 @@ type refreshingHost struct {
 	t *testing.T
 }
 
-func (h refreshingHost) SetupENI(ctx context.Context, _ pool.ENI) error {
+func (h refreshingHost) SetupENI(ctx context.Context, _ section.ENI) error {
 	h.e.fake.SyncIMDS()
 	r, err := Refresh(ctx, h.e.mgr, h.e.w.MD, h.e.now)
 	if err != nil || r.Added == 0 {
@@ -212,7 +212,7 @@ func (h refreshingHost) SetupENI(ctx context.Context, _ pool.ENI) error {
 	return nil
 }
 
-func (refreshingHost) Reassert(context.Context, []pool.ENI, []alloc.Allocation) (HostReport, error) {
+func (refreshingHost) Reassert(context.Context, []section.ENI, []alloc.Allocation) (HostReport, error) {
 	return HostReport{}, nil
 }
 
@@ -221,7 +221,7 @@ func (refreshingHost) Reassert(context.Context, []pool.ENI, []alloc.Allocation) 
 // by eni-cni, with its addresses as assigned (not found): the store stays
 // valid (an ENI listed twice made it corrupt).
 func TestENIFoundByIMDSBeforeItsRecord(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium", IMDSLag: time.Hour}, pool.WarmConfig{WarmIPTarget: 8})
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium", IMDSLag: time.Hour}, section.WarmConfig{WarmIPTarget: 8})
 	e.w.Host = refreshingHost{e, t}
 	e.warm(t)
 	c, _, src := e.counts(t)
@@ -233,7 +233,7 @@ func TestENIFoundByIMDSBeforeItsRecord(t *testing.T) {
 		t.Errorf("the created ENI's record: %+v", second)
 	}
 	for _, a := range src.Addrs {
-		if a.ENI == second.ID && a.Origin != pool.OriginAssigned {
+		if a.ENI == second.ID && a.Origin != section.OriginAssigned {
 			t.Errorf("address %s of the created ENI has origin %q", a.IP, a.Origin)
 		}
 	}
@@ -263,7 +263,7 @@ func TestHourlyCheckAfterTheFillWhenADDsWait(t *testing.T) {
 		return seq[0]
 	}
 
-	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge"}, pool.WarmConfig{WarmIPTarget: 5})
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge"}, section.WarmConfig{WarmIPTarget: 5})
 	seq := order(e)
 	e.demand(t, 3, 25*time.Second)
 	e.warm(t)
@@ -291,7 +291,7 @@ func TestHourlyCheckAfterTheFillWhenADDsWait(t *testing.T) {
 		t.Errorf("dirty store, ADDs waiting: calls %v, want the describe before the assign", *seq)
 	}
 
-	timer := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge"}, pool.WarmConfig{WarmIPTarget: 5})
+	timer := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge"}, section.WarmConfig{WarmIPTarget: 5})
 	seq = order(timer)
 	timer.warm(t)
 	if first(*seq) != "DescribeNetworkInterfaces" {

@@ -14,16 +14,16 @@ import (
 
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
 // Scenarios of the instance changing behind eni-cni's back, each against
 // the fake with the real SDK on the wire.
 
-func (e *env) pool(t *testing.T) map[netip.Addr]pool.Addr {
+func (e *env) pool(t *testing.T) map[netip.Addr]section.Addr {
 	t.Helper()
 	_, _, src := e.counts(t)
-	m := map[netip.Addr]pool.Addr{}
+	m := map[netip.Addr]section.Addr{}
 	for _, a := range src.Addrs {
 		m[a.IP] = a
 	}
@@ -40,7 +40,7 @@ func (e *env) passes(t *testing.T, n int) {
 }
 
 func TestIdentityMismatchDropsRecordsAndNeverTouchesTheOldENIs(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 7})
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, section.WarmConfig{WarmIPTarget: 7})
 	e.warm(t) // 5 on the primary ENI, a second ENI with 2
 	builder := e.fake.Info().InstanceID
 	before := e.fake.ENIs()
@@ -91,7 +91,7 @@ func TestIdentityMismatchDropsRecordsAndNeverTouchesTheOldENIs(t *testing.T) {
 }
 
 func TestDetachedENIIsNoticed(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 7})
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, section.WarmConfig{WarmIPTarget: 7})
 	e.warm(t)
 	_, _, src := e.counts(t)
 	second := src.ENIs[1]
@@ -164,7 +164,7 @@ func TestDetachedENIIsNoticed(t *testing.T) {
 }
 
 func TestUnassignedBehindBack(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large"}, pool.WarmConfig{WarmIPTarget: 4, TrimAfter: time.Hour})
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large"}, section.WarmConfig{WarmIPTarget: 4, TrimAfter: time.Hour})
 	e.warm(t)
 	pods := e.addPods(t, 1)
 	e.w.Cfg.WarmIPTarget = 0 // no top-up: EC2 would hand the same low addresses back
@@ -182,7 +182,7 @@ func TestUnassignedBehindBack(t *testing.T) {
 	}
 	e.out.Reset()
 	e.passes(t, 1) // younger than the IMDS grace: not a disagreement yet
-	e.now = e.now.Add(pool.IMDSGrace)
+	e.now = e.now.Add(section.IMDSGrace)
 	e.passes(t, 1)
 	got := e.pool(t)
 	if a, ok := got[taken]; !ok || !a.Lost {
@@ -203,7 +203,7 @@ func TestUnassignedBehindBack(t *testing.T) {
 }
 
 func TestForeignAddressesUsedButNeverTrimmed(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large"}, pool.WarmConfig{WarmIPTarget: 2, TrimAfter: time.Minute,
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large"}, section.WarmConfig{WarmIPTarget: 2, TrimAfter: time.Minute,
 		ExcludeIPs: []netip.Prefix{netip.MustParsePrefix("10.0.0.201/32")}})
 	e.mgr.Pool = alloc.StoredPool{Exclude: e.w.Cfg.ExcludeIPs}
 	primary := e.fake.PrimaryENI().ID
@@ -213,7 +213,7 @@ func TestForeignAddressesUsedButNeverTrimmed(t *testing.T) {
 	}
 	e.warm(t)
 	got := e.pool(t)
-	if got[netip.MustParseAddr("10.0.0.200")].Origin != pool.OriginFound || got[netip.MustParseAddr("10.0.0.201")].Origin != pool.OriginFound {
+	if got[netip.MustParseAddr("10.0.0.200")].Origin != section.OriginFound || got[netip.MustParseAddr("10.0.0.201")].Origin != section.OriginFound {
 		t.Fatalf("found addresses: %+v", got)
 	}
 	c, st, _ := e.counts(t)
@@ -238,7 +238,7 @@ func TestForeignAddressesUsedButNeverTrimmed(t *testing.T) {
 }
 
 func TestNoManageENIIsLeftAlone(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 7, TrimAfter: time.Minute})
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, section.WarmConfig{WarmIPTarget: 7, TrimAfter: time.Minute})
 	other, err := e.fake.SeedENI(ec2fake.ENISpec{SecondaryIPCount: 2, Tags: map[string]string{TagNoManage: "true"}})
 	if err != nil {
 		t.Fatal(err)
@@ -318,7 +318,7 @@ func (e *env) killedPass(t *testing.T, k killAt) {
 }
 
 func TestPassKilledBetweenCreateAndAttach(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 5})
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, section.WarmConfig{WarmIPTarget: 5})
 	e.warm(t)
 	e.addPods(t, 5)
 	e.killedPass(t, newKillAt(e.w.API, "AttachNetworkInterface"))
@@ -347,7 +347,7 @@ func TestPassKilledBetweenCreateAndAttach(t *testing.T) {
 }
 
 func TestCreateReplyLostIsSweptLater(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 5})
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, section.WarmConfig{WarmIPTarget: 5})
 	e.fake.SetHook("CreateNetworkInterface", func() { time.Sleep(300 * time.Millisecond) })
 	e.warm(t)
 	e.addPods(t, 5)
@@ -384,7 +384,7 @@ func TestCreateReplyLostIsSweptLater(t *testing.T) {
 }
 
 func TestLeakedENIsOfThisInstanceOnly(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 1})
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, section.WarmConfig{WarmIPTarget: 1})
 	me := e.fake.Info().InstanceID
 	old := e.now.Add(-time.Hour).UTC().Format(time.RFC3339)
 	seed := func(tags map[string]string) string {
@@ -416,7 +416,7 @@ func TestLeakedENIsOfThisInstanceOnly(t *testing.T) {
 }
 
 func TestDeleteOnTerminationRetriedUntilSet(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 7})
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, section.WarmConfig{WarmIPTarget: 7})
 	e.w.API = NewAPI(e.fake.URL(), "us-east-1", NewMetadataClient(e.fake.URL()), fastRetry)
 	e.fake.InjectFault("ModifyNetworkInterfaceAttribute", ec2fake.Fault{Code: "InternalError", HTTPStatus: 500, Times: 8})
 	e.warm(t)
@@ -441,7 +441,7 @@ func TestDeleteOnTerminationRetriedUntilSet(t *testing.T) {
 
 func TestFailedAttachCleansUpPastTheDeadline(t *testing.T) {
 	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium", Subnets: []ec2fake.SubnetConfig{{CIDR: "10.0.0.0/20"}, {CIDR: "10.0.16.0/20"}}},
-		pool.WarmConfig{WarmIPTarget: 5})
+		section.WarmConfig{WarmIPTarget: 5})
 	e.warm(t)
 	e.addPods(t, 5)
 	e.w.Cfg.SubnetID = e.fake.Info().Subnets[1].ID // the pass reads that subnet after Create
@@ -467,7 +467,7 @@ func TestFailedAttachCleansUpPastTheDeadline(t *testing.T) {
 // which is what the type's maxPods counts on.
 func TestSecondNetworkCard(t *testing.T) {
 	e := newEnv(t, ec2fake.Config{InstanceType: "x.cards", Limits: map[string]ec2fake.Limits{"x.cards": {MaxENIs: 4, IPv4PerENI: 4, CardENIs: 2}}},
-		pool.WarmConfig{WarmIPTarget: 3})
+		section.WarmConfig{WarmIPTarget: 3})
 	other, err := e.fake.SeedENI(ec2fake.ENISpec{NetworkCard: 1, SecondaryIPCount: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -501,7 +501,7 @@ func TestSecondNetworkCard(t *testing.T) {
 }
 
 func TestHostReassertedEveryPass(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 7})
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, section.WarmConfig{WarmIPTarget: 7})
 	e.warm(t)
 	pods := e.addPods(t, 6)
 	e.host.mu.Lock()
@@ -525,7 +525,7 @@ func TestHostReassertedEveryPass(t *testing.T) {
 // README tells them to) is not eni-cni's to give back.
 func TestExcludedAddressOnCreatedENINeverTrimmed(t *testing.T) {
 	vip := netip.MustParseAddr("10.0.0.210")
-	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 7, TrimAfter: time.Minute,
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, section.WarmConfig{WarmIPTarget: 7, TrimAfter: time.Minute,
 		ExcludeIPs: []netip.Prefix{netip.PrefixFrom(vip, 32)}})
 	e.mgr.Pool = alloc.StoredPool{Exclude: e.w.Cfg.ExcludeIPs}
 	e.warm(t) // 5 on the primary, a created ENI with 2
@@ -564,7 +564,7 @@ func TestLostAddressLeavesTombstoned(t *testing.T) {
 		}
 		return e.now
 	}
-	e = newEnv(t, ec2fake.Config{InstanceType: "t3.medium", IMDSLag: 5 * time.Minute, Clock: clock}, pool.WarmConfig{WarmIPTarget: 3})
+	e = newEnv(t, ec2fake.Config{InstanceType: "t3.medium", IMDSLag: 5 * time.Minute, Clock: clock}, section.WarmConfig{WarmIPTarget: 3})
 	e.warm(t)
 	e.passes(t, 20) // IMDS has caught up
 	pods := e.addPods(t, 1)
@@ -598,7 +598,7 @@ func TestLostAddressLeavesTombstoned(t *testing.T) {
 // truth: the record must follow it, not keep the address lost (a slot EC2
 // counts against the ENI, never used, and `list` calling its pod lost).
 func TestReassignedLostAddressIsUsableAgain(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 3})
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, section.WarmConfig{WarmIPTarget: 3})
 	e.warm(t)
 	victim := e.addPods(t, 1)[0]
 	e.now = e.now.Add(time.Hour)
@@ -620,7 +620,7 @@ func TestReassignedLostAddressIsUsableAgain(t *testing.T) {
 // or the next fill asks EC2 for more than the ENI holds, is refused, and
 // the pool stays short (pods waiting) until the hourly describe.
 func TestFoundAddressesTakeTheirSlots(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 3, TrimAfter: time.Hour})
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, section.WarmConfig{WarmIPTarget: 3, TrimAfter: time.Hour})
 	e.warm(t) // the primary: 3 of its 5 slots
 	if err := e.fake.AssignIPs(e.fake.PrimaryENI().ID, "10.0.0.200", "10.0.0.201"); err != nil {
 		t.Fatal(err)
@@ -645,7 +645,7 @@ func TestFoundAddressesTakeTheirSlots(t *testing.T) {
 // The record must still make them warm's (trimmable) and count each slot
 // once.
 func TestRefreshRacingAnAssign(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 3})
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, section.WarmConfig{WarmIPTarget: 3})
 	e.fake.SetHook("AssignPrivateIpAddresses", func() {
 		if _, err := Refresh(context.Background(), e.mgr, e.w.MD, e.now); err != nil {
 			t.Error(err)
@@ -658,7 +658,7 @@ func TestRefreshRacingAnAssign(t *testing.T) {
 		t.Errorf("primary counts %d secondary addresses, EC2 has 3", primary.Secondary)
 	}
 	for _, a := range src.Addrs {
-		if a.Origin != pool.OriginAssigned {
+		if a.Origin != section.OriginAssigned {
 			t.Errorf("%s, assigned by warm, recorded %q", a.IP, a.Origin)
 		}
 	}
@@ -669,7 +669,7 @@ func TestRefreshRacingAnAssign(t *testing.T) {
 // it. The record must merge with what the refresh wrote, not list the ENI
 // twice (a store that no longer loads).
 func TestRefreshRacingAnAttach(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 7})
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, section.WarmConfig{WarmIPTarget: 7})
 	e.fake.SetHook("ModifyNetworkInterfaceAttribute", func() {
 		if _, err := Refresh(context.Background(), e.mgr, e.w.MD, e.now); err != nil {
 			t.Error(err)
@@ -689,7 +689,7 @@ func TestRefreshRacingAnAttach(t *testing.T) {
 		}
 	}
 	for _, a := range src.Addrs {
-		if a.Origin != pool.OriginAssigned {
+		if a.Origin != section.OriginAssigned {
 			t.Errorf("%s recorded %q", a.IP, a.Origin)
 		}
 	}

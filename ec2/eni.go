@@ -15,7 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	"github.com/eni-cni/eni-cni/alloc"
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 	"github.com/eni-cni/eni-cni/fault"
 )
 
@@ -46,7 +46,7 @@ type newENI struct {
 // The fill goes no further after a failed batch, and a throttle met by
 // the batch's Creates is retried by one of them only (throttlegate.go):
 // the batch fires no more calls into it than one creation would.
-func (w *Warmer) createENIs(ctx context.Context, src *pool.EC2, need int) error {
+func (w *Warmer) createENIs(ctx context.Context, src *section.EC2, need int) error {
 	batch := w.planENIs(src, need)
 	if err := w.beginCreates(ctx, batch); err != nil {
 		return err
@@ -86,7 +86,7 @@ func (w *Warmer) createENIs(ctx context.Context, src *pool.EC2, need int) error 
 // but the last, bounded by the ENIs the instance and maxENIs still allow
 // (canCreate has said there is room for one), and reserves their device
 // indexes.
-func (w *Warmer) planENIs(src *pool.EC2, need int) []newENI {
+func (w *Warmer) planENIs(src *section.EC2, need int) []newENI {
 	room := w.maxENIs(src)
 	for _, e := range src.ENIs {
 		if e.NetworkCard == 0 {
@@ -115,7 +115,7 @@ func (w *Warmer) planENIs(src *pool.EC2, need int) []newENI {
 // createInput is the request the ENIs of a batch share but for their
 // token and count: in the primary ENI's subnet and security groups, or
 // those configured.
-func (w *Warmer) createInput(src *pool.EC2) ec2.CreateNetworkInterfaceInput {
+func (w *Warmer) createInput(src *section.EC2) ec2.CreateNetworkInterfaceInput {
 	primary, _ := src.PrimaryENI()
 	subnet, sgs := primary.SubnetID, primary.SecurityGroups
 	if w.Cfg.SubnetID != "" {
@@ -146,7 +146,7 @@ type createResult struct {
 // createENI creates one ENI of a batch, attaches it at its reserved device
 // index, sets DeleteOnTermination, sets it up on the node and records it.
 // It runs beside the batch's other creations: src is only read.
-func (w *Warmer) createENI(ctx context.Context, src *pool.EC2, shared ec2.CreateNetworkInterfaceInput, n newENI, create createCall) createResult {
+func (w *Warmer) createENI(ctx context.Context, src *section.EC2, shared ec2.CreateNetworkInterfaceInput, n newENI, create createCall) createResult {
 	primary, _ := src.PrimaryENI()
 	in := shared
 	in.ClientToken = aws.String(n.token)
@@ -202,7 +202,7 @@ func (w *Warmer) createENI(ctx context.Context, src *pool.EC2, shared ec2.Create
 }
 
 // setupHost readies the node side of a new ENI (its link, once it appears).
-func (w *Warmer) setupHost(ctx context.Context, e pool.ENI) error {
+func (w *Warmer) setupHost(ctx context.Context, e section.ENI) error {
 	if w.Host == nil {
 		return nil
 	}
@@ -215,10 +215,10 @@ func (w *Warmer) setupHost(ctx context.Context, e pool.ENI) error {
 // beginCreates saves the dirty mark and the batch's pending records, in
 // one write, before any Create call.
 func (w *Warmer) beginCreates(ctx context.Context, batch []newENI) error {
-	return w.update(ctx, func(_ *alloc.State, src *pool.EC2) error {
+	return w.update(ctx, func(_ *alloc.State, src *section.EC2) error {
 		src.Dirty = true
 		for _, n := range batch {
-			src.Pending = append(src.Pending, pool.PendingENI{Token: n.token, Since: w.now().UTC()})
+			src.Pending = append(src.Pending, section.PendingENI{Token: n.token, Since: w.now().UTC()})
 		}
 		return nil
 	})
@@ -226,7 +226,7 @@ func (w *Warmer) beginCreates(ctx context.Context, batch []newENI) error {
 
 // notePending completes the pending record with the ID EC2 gave the ENI.
 func (w *Warmer) notePending(ctx context.Context, token, id string) error {
-	return w.update(context.WithoutCancel(ctx), func(_ *alloc.State, src *pool.EC2) error {
+	return w.update(context.WithoutCancel(ctx), func(_ *alloc.State, src *section.EC2) error {
 		for i := range src.Pending {
 			if src.Pending[i].Token == token {
 				src.Pending[i].ID = id
@@ -237,11 +237,11 @@ func (w *Warmer) notePending(ctx context.Context, token, id string) error {
 }
 
 // newENIState reads the created ENI from the reply.
-func (w *Warmer) newENIState(ctx context.Context, ni *types.NetworkInterface, src *pool.EC2, primary pool.ENI) (pool.ENI, []netip.Addr, []netip.Prefix, error) {
+func (w *Warmer) newENIState(ctx context.Context, ni *types.NetworkInterface, src *section.EC2, primary section.ENI) (section.ENI, []netip.Addr, []netip.Prefix, error) {
 	if ni == nil || ni.NetworkInterfaceId == nil {
-		return pool.ENI{}, nil, nil, fmt.Errorf("create ENI: reply has no interface")
+		return section.ENI{}, nil, nil, fmt.Errorf("create ENI: reply has no interface")
 	}
-	e := pool.ENI{
+	e := section.ENI{
 		ID: aws.ToString(ni.NetworkInterfaceId), MAC: aws.ToString(ni.MacAddress),
 		SubnetID: aws.ToString(ni.SubnetId), VPCCIDRs: primary.VPCCIDRs,
 	}
@@ -278,7 +278,7 @@ func (w *Warmer) newENIState(ctx context.Context, ni *types.NetworkInterface, sr
 	return e, ips, prefixes, err
 }
 
-func (w *Warmer) subnetCIDR(ctx context.Context, subnet string, primary pool.ENI) (netip.Prefix, error) {
+func (w *Warmer) subnetCIDR(ctx context.Context, subnet string, primary section.ENI) (netip.Prefix, error) {
 	if subnet == primary.SubnetID {
 		return primary.SubnetCIDR, nil
 	}
@@ -293,7 +293,7 @@ func (w *Warmer) subnetCIDR(ctx context.Context, subnet string, primary pool.ENI
 }
 
 // attach attaches e at the card and device index reserved for it.
-func (w *Warmer) attach(ctx context.Context, e *pool.ENI, src *pool.EC2) error {
+func (w *Warmer) attach(ctx context.Context, e *section.ENI, src *section.EC2) error {
 	out, err := w.API.AttachNetworkInterface(ctx, &ec2.AttachNetworkInterfaceInput{
 		DeviceIndex:        aws.Int32(int32(e.DeviceNumber)),
 		NetworkCardIndex:   aws.Int32(int32(e.NetworkCard)),
@@ -312,7 +312,7 @@ func (w *Warmer) attach(ctx context.Context, e *pool.ENI, src *pool.EC2) error {
 // the ENI outlives the instance and its addresses leak. A failure is
 // recorded (DeleteOnTermination false) and retried by every pass until EC2
 // has set it.
-func (w *Warmer) deleteOnTermination(ctx context.Context, e *pool.ENI) {
+func (w *Warmer) deleteOnTermination(ctx context.Context, e *section.ENI) {
 	_, err := w.API.ModifyNetworkInterfaceAttribute(ctx, &ec2.ModifyNetworkInterfaceAttributeInput{
 		NetworkInterfaceId: aws.String(e.ID),
 		Attachment: &types.NetworkInterfaceAttachmentChanges{
@@ -341,34 +341,34 @@ func (w *Warmer) abandon(ctx context.Context, token, id string, cause error) cre
 	return createResult{errors.Join(cause, w.dropPending(ctx, token)), true}
 }
 
-func (w *Warmer) recordENI(ctx context.Context, token string, e pool.ENI, ips []netip.Addr, prefixes []netip.Prefix) (int, error) {
+func (w *Warmer) recordENI(ctx context.Context, token string, e section.ENI, ips []netip.Addr, prefixes []netip.Prefix) (int, error) {
 	added := 0
-	err := w.update(context.WithoutCancel(ctx), func(st *alloc.State, src *pool.EC2) error {
+	err := w.update(context.WithoutCancel(ctx), func(st *alloc.State, src *section.EC2) error {
 		e.Secondary = len(ips)
 		e.Prefixes = prefixes
 		e.Created = true
 		// An ADD's refresh may have taken the ENI in from IMDS already
 		// (unverified, its addresses found): this record, from EC2's
 		// replies, replaces that one.
-		src.ENIs = slices.DeleteFunc(src.ENIs, func(k pool.ENI) bool { return k.ID == e.ID })
+		src.ENIs = slices.DeleteFunc(src.ENIs, func(k section.ENI) bool { return k.ID == e.ID })
 		src.ENIs = append(src.ENIs, e)
 		src.SortENIs()
-		src.Pending = slices.DeleteFunc(src.Pending, func(p pool.PendingENI) bool { return p.Token == token })
+		src.Pending = slices.DeleteFunc(src.Pending, func(p section.PendingENI) bool { return p.Token == token })
 		if len(src.Pending) == 0 {
 			src.Pending = nil
 		}
 		all := slices.Clone(ips)
 		for _, p := range prefixes {
-			all = append(all, pool.Expand(p)...)
+			all = append(all, section.Expand(p)...)
 		}
-		added = src.AddAddrs(e.ID, pool.OriginAssigned, all, w.now())
+		added = src.AddAddrs(e.ID, section.OriginAssigned, all, w.now())
 		reassigned(src, e.ID, all)
 		return nil
 	})
 	return added, err
 }
 
-func (w *Warmer) tags(src *pool.EC2) []types.Tag {
+func (w *Warmer) tags(src *section.EC2) []types.Tag {
 	tags := []types.Tag{
 		{Key: aws.String(TagInstanceID), Value: aws.String(src.InstanceID)},
 		{Key: aws.String(TagCreatedAt), Value: aws.String(w.now().UTC().Format(time.RFC3339))},
@@ -391,7 +391,7 @@ func (w *Warmer) tags(src *pool.EC2) []types.Tag {
 // records any ENI it attached: the recorded ENIs are all that hold one
 // (an index taken behind eni-cni's back fails that ENI's attach, which
 // deletes it again).
-func freeSlots(src *pool.EC2, n int) []int {
+func freeSlots(src *section.EC2, n int) []int {
 	used := map[int]bool{}
 	for _, e := range src.ENIs {
 		if e.NetworkCard == 0 {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
 // assertStoreIsEC2 checks the store's pool holds exactly what EC2 has
@@ -40,7 +40,7 @@ func (e *env) assertStoreIsEC2(t *testing.T) {
 // out; the store is marked dirty, and the next pass learns the assigned
 // addresses back from EC2 (nothing lost, nothing assigned twice).
 func TestEC2CallTimesOut(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large"}, pool.WarmConfig{WarmIPTarget: 3})
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large"}, section.WarmConfig{WarmIPTarget: 3})
 	e.warm(t)
 	e.w.Cfg.WarmIPTarget = 6
 	e.fake.SetLatency("AssignPrivateIpAddresses", 30*time.Second)
@@ -74,7 +74,7 @@ func TestEC2CallTimesOut(t *testing.T) {
 // reported with the code and the ENI; the store keeps what EC2 has, and
 // the pass after EC2 recovers reaches the target.
 func TestEC2ServerErrors(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large"}, pool.WarmConfig{WarmIPTarget: 3})
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large"}, section.WarmConfig{WarmIPTarget: 3})
 	e.w.API = NewAPI(e.fake.URL(), "us-east-1", NewMetadataClient(e.fake.URL()), fastRetry)
 	e.warm(t)
 	e.w.Cfg.WarmIPTarget = 6
@@ -94,7 +94,7 @@ func TestEC2ServerErrors(t *testing.T) {
 // TestIMDSTimesOut: IMDS that accepts connections and never answers makes
 // warm fail within its deadline with an IMDS error, the store untouched.
 func TestIMDSTimesOut(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{}, pool.WarmConfig{WarmIPTarget: 3})
+	e := newEnv(t, ec2fake.Config{}, section.WarmConfig{WarmIPTarget: 3})
 	e.mgr.Snapshot(context.Background()) // the first call records the boot
 	before := e.st.Bytes()
 	e.fake.SetIMDSLatency(time.Minute)

@@ -9,7 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
 // TestWarmDeviceIndexTakenBehindItsBack: an ENI attached behind
@@ -17,7 +17,7 @@ import (
 // batch's creation reserved at 1 fails its attach; the next pass must not
 // reserve 1 again.
 func TestWarmDeviceIndexTakenBehindItsBack(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge", IMDSLag: time.Hour}, pool.WarmConfig{WarmIPTarget: 5})
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge", IMDSLag: time.Hour}, section.WarmConfig{WarmIPTarget: 5})
 	e.warm(t)
 	ctx := context.Background()
 	_, _, src := e.counts(t)

@@ -18,7 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
 // Metadata is the part of the IMDS client discovery uses.
@@ -30,9 +30,9 @@ type Metadata interface {
 var ErrIMDS = errors.New("instance metadata")
 
 // Discover reads the instance and every attached ENI from IMDS.
-func Discover(ctx context.Context, md Metadata) (*pool.Instance, error) {
+func Discover(ctx context.Context, md Metadata) (*section.Instance, error) {
 	r := reader{md: md}
-	inst := &pool.Instance{
+	inst := &section.Instance{
 		ID:         r.get(ctx, "instance-id"),
 		Type:       r.get(ctx, "instance-type"),
 		AZ:         r.get(ctx, "placement/availability-zone"),
@@ -45,7 +45,7 @@ func Discover(ctx context.Context, md Metadata) (*pool.Instance, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
-	// The ID decides whether the store is this instance's (pool.Identify
+	// The ID decides whether the store is this instance's (section.Identify
 	// drops it otherwise) and filters every EC2 read: an empty or garbled
 	// one (a proxy's page, a stub answering 200) must not pass for
 	// another instance.
@@ -69,10 +69,10 @@ func Discover(ctx context.Context, md Metadata) (*pool.Instance, error) {
 	return inst, nil
 }
 
-func discoverENI(ctx context.Context, md Metadata, mac string) (pool.ENIInfo, error) {
+func discoverENI(ctx context.Context, md Metadata, mac string) (section.ENIInfo, error) {
 	r := reader{md: md}
 	base := "network/interfaces/macs/" + mac + "/"
-	e := pool.ENIInfo{MAC: mac, ID: r.get(ctx, base+"interface-id"), SubnetID: r.get(ctx, base+"subnet-id")}
+	e := section.ENIInfo{MAC: mac, ID: r.get(ctx, base+"interface-id"), SubnetID: r.get(ctx, base+"subnet-id")}
 	dev := r.get(ctx, base+"device-number")
 	card := r.optionalList(ctx, base+"network-card") // absent on single-card types
 	cidr := r.get(ctx, base+"subnet-ipv4-cidr-block")

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
-	"github.com/eni-cni/eni-cni/ec2/pool"
 	"github.com/eni-cni/eni-cni/ec2/provider"
+	"github.com/eni-cni/eni-cni/ec2/section"
 	"github.com/eni-cni/eni-cni/netconf"
 )
 
@@ -77,8 +77,8 @@ func DiscoverPool(cfg *netconf.Config) func(ctx context.Context, st *alloc.State
 		}
 		// A fresh section: what IMDS lists now is this instance's (ENIs other
 		// than the primary stay unverified until warm has read their tags).
-		st.EC2 = &pool.EC2{}
-		pool.Reconcile(st.EC2, inst, time.Now())
+		st.EC2 = &section.EC2{}
+		section.Reconcile(st.EC2, inst, time.Now())
 		n := len(st.EC2.Addrs)
 		return fmt.Sprintf("read the ec2 pool from IMDS: %s (%s), %d ENIs, %d addresses", inst.ID, inst.Type, len(inst.ENIs), n), nil
 	}

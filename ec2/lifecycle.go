@@ -15,7 +15,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/eni-cni/eni-cni/alloc"
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
 // ENI lifecycle. Create → Attach → record is not atomic: a pass can be
@@ -67,7 +67,7 @@ func (w *Warmer) settleENIs(ctx context.Context) error {
 // settlePending finishes the record of an ENI whose creation a pass did
 // not finish. Resync ran before (pending records trigger it): if the ENI
 // is attached here it is in the store now; otherwise it is deleted.
-func (w *Warmer) settlePending(ctx context.Context, src *pool.EC2, p pool.PendingENI) error {
+func (w *Warmer) settlePending(ctx context.Context, src *section.EC2, p section.PendingENI) error {
 	if _, attachedHere := src.ENI(p.ID); !attachedHere {
 		if err := w.deleteENI(ctx, p.ID); err != nil {
 			return fmt.Errorf("delete %s, created by an unfinished pass: %w", p.ID, err)
@@ -90,8 +90,8 @@ func (w *Warmer) deleteENI(ctx context.Context, id string) error {
 }
 
 func (w *Warmer) dropPending(ctx context.Context, token string) error {
-	return w.update(context.WithoutCancel(ctx), func(_ *alloc.State, src *pool.EC2) error {
-		src.Pending = slices.DeleteFunc(src.Pending, func(p pool.PendingENI) bool { return p.Token == token })
+	return w.update(context.WithoutCancel(ctx), func(_ *alloc.State, src *section.EC2) error {
+		src.Pending = slices.DeleteFunc(src.Pending, func(p section.PendingENI) bool { return p.Token == token })
 		if len(src.Pending) == 0 {
 			src.Pending = nil
 		}
@@ -110,8 +110,8 @@ func (w *Warmer) sweepLeaks(ctx context.Context) error {
 		return err
 	}
 	src, now := v.src, w.now()
-	unknown := slices.ContainsFunc(src.Pending, func(p pool.PendingENI) bool { return p.ID == "" })
-	if (!unknown && src.SweptBoot == w.Mgr.BootID) || !pool.Elapsed(now, src.LastSweep, sweepEvery) || src.InstanceID == "" {
+	unknown := slices.ContainsFunc(src.Pending, func(p section.PendingENI) bool { return p.ID == "" })
+	if (!unknown && src.SweptBoot == w.Mgr.BootID) || !section.Elapsed(now, src.LastSweep, sweepEvery) || src.InstanceID == "" {
 		return nil
 	}
 	out, err := w.API.DescribeNetworkInterfaces(ctx, &ec2.DescribeNetworkInterfacesInput{Filters: []types.Filter{
@@ -127,7 +127,7 @@ func (w *Warmer) sweepLeaks(ctx context.Context) error {
 		id := aws.ToString(ni.NetworkInterfaceId)
 		// A tag more than leakAge in the future is from before the
 		// clock went back, not from a pass still on its way to attach.
-		if created, ok := createdAt(ni.TagSet); ok && !pool.Elapsed(now, created, leakAge) {
+		if created, ok := createdAt(ni.TagSet); ok && !section.Elapsed(now, created, leakAge) {
 			young = true
 			continue
 		}
@@ -137,13 +137,13 @@ func (w *Warmer) sweepLeaks(ctx context.Context) error {
 		}
 		w.say("deleted leaked %s (available, tagged with this instance)", id)
 	}
-	err = w.update(context.WithoutCancel(ctx), func(_ *alloc.State, src *pool.EC2) error {
+	err = w.update(context.WithoutCancel(ctx), func(_ *alloc.State, src *section.EC2) error {
 		src.LastSweep = now.UTC()
 		if !young && len(errs) == 0 {
 			// Done for this boot; a young or undeletable one is looked
 			// at again after sweepEvery.
 			src.SweptBoot = w.Mgr.BootID
-			src.Pending = slices.DeleteFunc(src.Pending, func(p pool.PendingENI) bool { return p.ID == "" && pool.Elapsed(now, p.Since, leakAge) })
+			src.Pending = slices.DeleteFunc(src.Pending, func(p section.PendingENI) bool { return p.ID == "" && section.Elapsed(now, p.Since, leakAge) })
 			if len(src.Pending) == 0 {
 				src.Pending = nil
 			}
@@ -166,7 +166,7 @@ func createdAt(tags []types.Tag) (time.Time, bool) {
 
 // setDeleteOnTermination asks EC2 to delete the ENI with the instance, and
 // records it once EC2 has; until then every pass tries again.
-func (w *Warmer) setDeleteOnTermination(ctx context.Context, e pool.ENI) error {
+func (w *Warmer) setDeleteOnTermination(ctx context.Context, e section.ENI) error {
 	_, err := w.API.ModifyNetworkInterfaceAttribute(ctx, &ec2.ModifyNetworkInterfaceAttributeInput{
 		NetworkInterfaceId: aws.String(e.ID),
 		Attachment: &types.NetworkInterfaceAttachmentChanges{
@@ -176,7 +176,7 @@ func (w *Warmer) setDeleteOnTermination(ctx context.Context, e pool.ENI) error {
 	if err != nil {
 		return fmt.Errorf("set DeleteOnTermination on %s (retried next pass; until then it would outlive the instance): %w", e.ID, err)
 	}
-	return w.update(context.WithoutCancel(ctx), func(_ *alloc.State, src *pool.EC2) error {
+	return w.update(context.WithoutCancel(ctx), func(_ *alloc.State, src *section.EC2) error {
 		for i := range src.ENIs {
 			if src.ENIs[i].ID == e.ID {
 				src.ENIs[i].DeleteOnTermination = true

@@ -8,7 +8,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
 // TypesAPI is the EC2 call that describes instance types.
@@ -17,7 +17,7 @@ type TypesAPI interface {
 }
 
 // DescribeLimits asks EC2 for the limits of instanceType.
-func DescribeLimits(ctx context.Context, api TypesAPI, instanceType string) (*pool.Limits, error) {
+func DescribeLimits(ctx context.Context, api TypesAPI, instanceType string) (*section.Limits, error) {
 	out, err := api.DescribeInstanceTypes(ctx, &ec2.DescribeInstanceTypesInput{
 		InstanceTypes: []types.InstanceType{types.InstanceType(instanceType)},
 	})
@@ -38,12 +38,12 @@ func DescribeLimits(ctx context.Context, api TypesAPI, instanceType string) (*po
 // description. warm attaches ENIs on the default network card only, so on
 // multi-card types (p5.48xlarge: 64 ENIs over 32 cards, 2 on card 0) its
 // own limit is MaxENIs, not the type's total; every card is in Cards.
-func LimitsOf(it types.InstanceTypeInfo) (*pool.Limits, error) {
+func LimitsOf(it types.InstanceTypeInfo) (*section.Limits, error) {
 	ni := it.NetworkInfo
 	if ni == nil {
 		return nil, fmt.Errorf("no network info in the reply")
 	}
-	lim := &pool.Limits{MaxENIs: int(aws.ToInt32(ni.MaximumNetworkInterfaces)), IPv4PerENI: int(aws.ToInt32(ni.Ipv4AddressesPerInterface))}
+	lim := &section.Limits{MaxENIs: int(aws.ToInt32(ni.MaximumNetworkInterfaces)), IPv4PerENI: int(aws.ToInt32(ni.Ipv4AddressesPerInterface))}
 	card := aws.ToInt32(ni.DefaultNetworkCardIndex)
 	for _, c := range ni.NetworkCards {
 		if aws.ToInt32(c.NetworkCardIndex) == card && aws.ToInt32(c.MaximumNetworkInterfaces) > 0 {
@@ -52,7 +52,7 @@ func LimitsOf(it types.InstanceTypeInfo) (*pool.Limits, error) {
 	}
 	if len(ni.NetworkCards) > 1 {
 		for _, c := range ni.NetworkCards {
-			lim.Cards = append(lim.Cards, pool.CardLimit{Index: int(aws.ToInt32(c.NetworkCardIndex)), MaxENIs: int(aws.ToInt32(c.MaximumNetworkInterfaces))})
+			lim.Cards = append(lim.Cards, section.CardLimit{Index: int(aws.ToInt32(c.NetworkCardIndex)), MaxENIs: int(aws.ToInt32(c.MaximumNetworkInterfaces))})
 		}
 	}
 	if it.VCpuInfo != nil {

@@ -7,7 +7,7 @@ import (
 	"os"
 
 	"github.com/eni-cni/eni-cni/alloc"
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 	"github.com/eni-cni/eni-cni/netconf"
 )
 
@@ -37,9 +37,9 @@ type MaxPodsDeps struct {
 // MaxPodsFor computes the report for instanceType ("" for this node's).
 // This node's type uses the limits the store cached (warm fetched them)
 // when they include the vCPU count, so it makes no EC2 call.
-func MaxPodsFor(ctx context.Context, d MaxPodsDeps, w pool.WarmConfig, instanceType string) (MaxPodsReport, error) {
+func MaxPodsFor(ctx context.Context, d MaxPodsDeps, w section.WarmConfig, instanceType string) (MaxPodsReport, error) {
 	r := MaxPodsReport{InstanceType: instanceType, PrefixDelegation: w.PrefixDelegation, ConfigMaxENIs: w.MaxENIs}
-	var src *pool.EC2
+	var src *section.EC2
 	if d.Store != nil {
 		st, err := d.Store.Load()
 		if err != nil {
@@ -47,7 +47,7 @@ func MaxPodsFor(ctx context.Context, d MaxPodsDeps, w pool.WarmConfig, instanceT
 		}
 		src = st.EC2
 	}
-	var lim *pool.Limits
+	var lim *section.Limits
 	if src != nil && src.Limits != nil && src.Limits.VCPUs > 0 && (instanceType == "" || instanceType == src.InstanceType) {
 		r.InstanceType, lim, r.LimitsFrom = src.InstanceType, src.Limits, "store"
 	} else {
@@ -61,16 +61,16 @@ func MaxPodsFor(ctx context.Context, d MaxPodsDeps, w pool.WarmConfig, instanceT
 		r.LimitsFrom = "ec2"
 	}
 	r.MaxENIs, r.IPv4PerENI, r.VCPUs = lim.MaxENIs, lim.IPv4PerENI, lim.VCPUs
-	r.PodAddresses = pool.PodAddresses(*lim, w.PrefixDelegation, w.MaxENIs)
-	r.MaxAllowed = pool.MaxAllowedPods(*lim, w.PrefixDelegation, w.MaxENIs)
-	r.MaxPods = pool.MaxPods(*lim, w.PrefixDelegation, w.MaxENIs)
+	r.PodAddresses = section.PodAddresses(*lim, w.PrefixDelegation, w.MaxENIs)
+	r.MaxAllowed = section.MaxAllowedPods(*lim, w.PrefixDelegation, w.MaxENIs)
+	r.MaxPods = section.MaxPods(*lim, w.PrefixDelegation, w.MaxENIs)
 	return r, nil
 }
 
 // maxPodsRegion finds the region for DescribeInstanceTypes (the
 // environment, the store, else IMDS) and fills in the instance type when
 // none was given.
-func maxPodsRegion(ctx context.Context, d MaxPodsDeps, src *pool.EC2, r *MaxPodsReport) (string, error) {
+func maxPodsRegion(ctx context.Context, d MaxPodsDeps, src *section.EC2, r *MaxPodsReport) (string, error) {
 	region := d.Region
 	if region == "" {
 		region = os.Getenv("AWS_REGION")
@@ -118,7 +118,7 @@ func MaxPodsConfig(path, dir string) (*netconf.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", found, err)
 	}
-	if cfg.Source != netconf.EC2 {
+	if cfg.Provider != netconf.EC2 {
 		cfg.Warm.PrefixDelegation = false
 	}
 	return cfg, nil

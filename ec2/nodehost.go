@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 	"github.com/eni-cni/eni-cni/netsetup"
 )
 
@@ -19,12 +19,12 @@ type NodeHost struct {
 	SNAT bool
 }
 
-func (h NodeHost) link(e pool.ENI) netsetup.ENILink {
+func (h NodeHost) link(e section.ENI) netsetup.ENILink {
 	return netsetup.ENILink{MAC: e.MAC, MTU: h.MTU, Table: e.Table(), SubnetCIDR: e.SubnetCIDR, Gateway: e.Gateway()}
 }
 
 // SetupENI waits for a newly attached ENI's link and sets up its table.
-func (h NodeHost) SetupENI(ctx context.Context, e pool.ENI) error {
+func (h NodeHost) SetupENI(ctx context.Context, e section.ENI) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	return netsetup.WaitENI(ctx, h.link(e))
@@ -32,10 +32,10 @@ func (h NodeHost) SetupENI(ctx context.Context, e pool.ENI) error {
 
 // Reassert puts back what the node lost. An ENI whose link is missing (not
 // yet appeared, or detached) is reported, and the rest still done.
-func (h NodeHost) Reassert(_ context.Context, enis []pool.ENI, pods []alloc.Allocation) (HostReport, error) {
+func (h NodeHost) Reassert(_ context.Context, enis []section.ENI, pods []alloc.Allocation) (HostReport, error) {
 	var rep HostReport
 	var errs []error
-	byID := map[string]pool.ENI{}
+	byID := map[string]section.ENI{}
 	for _, e := range enis {
 		byID[e.ID] = e
 		if e.Table() == 0 {

@@ -11,7 +11,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/eni-cni/eni-cni/alloc"
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
 // markStarted records that a pass with ADDs waiting for it has begun, so
@@ -22,7 +22,7 @@ func (w *Warmer) markStarted(ctx context.Context) error {
 		if st.Waiting(w.now()) == 0 {
 			return false, nil
 		}
-		src := section(st)
+		src := sectionOf(st)
 		src.PassStartedAt, src.PassPID = w.now().UTC(), os.Getpid()
 		return true, nil
 	})
@@ -34,10 +34,10 @@ func (w *Warmer) markStarted(ctx context.Context) error {
 // timer pass leaves the store as it was.
 func (w *Warmer) recordOutcome(ctx context.Context, short bool, passErr error) error {
 	now := w.now()
-	o := pool.PassOutcome{At: now.UTC(), Result: classify(short, passErr)}
+	o := section.PassOutcome{At: now.UTC(), Result: classify(short, passErr)}
 	if passErr != nil {
 		o.Message = passErr.Error()
-		o.Message = pool.TruncateOutcome(o.Message)
+		o.Message = section.TruncateOutcome(o.Message)
 	}
 	saved := false
 	// Recorded even when the pass ran out of time: waiters need it most
@@ -46,7 +46,7 @@ func (w *Warmer) recordOutcome(ctx context.Context, short bool, passErr error) e
 		if st.Waiting(now) == 0 && (st.EC2 == nil || st.EC2.PassStartedAt.IsZero()) {
 			return false, nil
 		}
-		src := section(st)
+		src := sectionOf(st)
 		src.LastPass, src.PassStartedAt, src.PassPID, saved = &o, time.Time{}, 0, true
 		return true, nil
 	})
@@ -72,29 +72,29 @@ var deniedCodes = map[string]bool{
 func classify(short bool, err error) string {
 	if err == nil {
 		if short {
-			return pool.PassInstanceLimit
+			return section.PassInstanceLimit
 		}
-		return pool.PassDone
+		return section.PassDone
 	}
 	var quota ratelimit.QuotaExceededError
 	if errors.As(err, &quota) {
-		return pool.PassThrottled // the SDK's retry budget ran out on throttling
+		return section.PassThrottled // the SDK's retry budget ran out on throttling
 	}
 	var api smithy.APIError
 	if !errors.As(err, &api) {
-		return pool.PassFailed
+		return section.PassFailed
 	}
 	code := api.ErrorCode()
 	if _, ok := retry.DefaultThrottleErrorCodes[code]; ok {
-		return pool.PassThrottled
+		return section.PassThrottled
 	}
 	switch {
 	case deniedCodes[code]:
-		return pool.PassDenied
+		return section.PassDenied
 	case code == "InsufficientFreeAddressesInSubnet" || code == "InsufficientCidrBlocks":
-		return pool.PassSubnetFull
+		return section.PassSubnetFull
 	case code == "AttachmentLimitExceeded" || code == "PrivateIpAddressLimitExceeded":
-		return pool.PassInstanceLimit
+		return section.PassInstanceLimit
 	}
-	return pool.PassFailed
+	return section.PassFailed
 }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
 // scaledLatency is the realistic profile at a fifth of its times: the
@@ -94,7 +94,7 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-func deviceNumbers(src *pool.EC2) []int {
+func deviceNumbers(src *section.EC2) []int {
 	var out []int
 	for _, e := range src.ENIs {
 		out = append(out, e.DeviceNumber)
@@ -110,7 +110,7 @@ func deviceNumbers(src *pool.EC2) []int {
 // 1, 2 and 3, each was set up on the node, and no pending record or dirty
 // mark is left.
 func TestWarmCreatesENIsConcurrently(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge", Latency: scaledLatency()}, pool.WarmConfig{WarmIPTarget: 5})
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge", Latency: scaledLatency()}, section.WarmConfig{WarmIPTarget: 5})
 	e.onDisk(t)
 	api := &timedAPI{API: e.w.API}
 	e.w.API = api
@@ -140,8 +140,8 @@ func TestWarmCreatesENIsConcurrently(t *testing.T) {
 	if n := e.fake.Calls()["AssignPrivateIpAddresses"]; n != 1 {
 		t.Errorf("AssignPrivateIpAddresses called %d times, want 1 (the primary ENI's)", n)
 	}
-	if o := src.LastPass; o == nil || o.Result != pool.PassInstanceLimit {
-		t.Errorf("outcome %+v, want %s", o, pool.PassInstanceLimit)
+	if o := src.LastPass; o == nil || o.Result != section.PassInstanceLimit {
+		t.Errorf("outcome %+v, want %s", o, section.PassInstanceLimit)
 	}
 	e.host.mu.Lock()
 	setup := slices.Clone(e.host.setup)
@@ -178,7 +178,7 @@ func TestWarmENIBatchOneFails(t *testing.T) {
 		}, true, "InvalidParameterValue"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge", Latency: scaledLatency()}, pool.WarmConfig{WarmIPTarget: 5})
+			e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge", Latency: scaledLatency()}, section.WarmConfig{WarmIPTarget: 5})
 			e.onDisk(t)
 			// No SDK retries: the one fault is the call's answer.
 			e.w.API = NewAPI(e.fake.URL(), "us-east-1", NewMetadataClient(e.fake.URL()), func(o *ec2.Options) { o.RetryMaxAttempts = 1 })
@@ -229,7 +229,7 @@ func TestWarmENIBatchOneFails(t *testing.T) {
 // TestWarmCreatesOnlyWhatIsNeeded: a need that one new ENI covers creates
 // one, and maxENIs bounds a batch.
 func TestWarmCreatesOnlyWhatIsNeeded(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge"}, pool.WarmConfig{WarmIPTarget: 5, MaxENIs: 3})
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge"}, section.WarmConfig{WarmIPTarget: 5, MaxENIs: 3})
 	e.demand(t, 20, time.Minute) // 14 on the primary, 11 on one more
 	e.warm(t)
 	if n := e.fake.Calls()["CreateNetworkInterface"]; n != 1 {
@@ -249,7 +249,7 @@ func TestWarmCreatesOnlyWhatIsNeeded(t *testing.T) {
 // is left pending, the outcome says throttled, and the pass after the
 // throttle creates the ENIs.
 func TestWarmENIBatchThrottled(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge", Latency: scaledLatency()}, pool.WarmConfig{WarmIPTarget: 5})
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge", Latency: scaledLatency()}, section.WarmConfig{WarmIPTarget: 5})
 	e.onDisk(t)
 	e.w.API = NewAPI(e.fake.URL(), "us-east-1", NewMetadataClient(e.fake.URL()), fastRetry) // 4 attempts
 	e.demand(t, 58, 25*time.Second)
@@ -265,8 +265,8 @@ func TestWarmENIBatchThrottled(t *testing.T) {
 	if len(src.ENIs) != 1 || len(src.Pending) != 0 || src.Dirty {
 		t.Errorf("ENIs %d, pending %+v, dirty %v after a throttled batch", len(src.ENIs), src.Pending, src.Dirty)
 	}
-	if o := src.LastPass; o == nil || o.Result != pool.PassThrottled {
-		t.Errorf("outcome %+v, want %s", o, pool.PassThrottled)
+	if o := src.LastPass; o == nil || o.Result != section.PassThrottled {
+		t.Errorf("outcome %+v, want %s", o, section.PassThrottled)
 	}
 	if c.Total != 14 {
 		t.Errorf("pool %+v, want the primary ENI's 14", c)
@@ -285,7 +285,7 @@ func TestWarmENIBatchThrottled(t *testing.T) {
 // retried; the other two wait for it and try once more when it got
 // through: all three ENIs are created in the pass, with six calls.
 func TestWarmENIBatchThrottleBlip(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge", Latency: scaledLatency()}, pool.WarmConfig{WarmIPTarget: 5})
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge", Latency: scaledLatency()}, section.WarmConfig{WarmIPTarget: 5})
 	e.onDisk(t)
 	e.w.API = NewAPI(e.fake.URL(), "us-east-1", NewMetadataClient(e.fake.URL()), fastRetry)
 	e.demand(t, 58, 25*time.Second)

@@ -29,8 +29,8 @@ const WarmLockName = "warm.lock"
 // the SNAT chain. ran is false when there was nothing to run (a static
 // pool, another pass running).
 func WarmPass(cfg *netconf.Config, mgr *alloc.Manager, out io.Writer, calls *CallCounter) (ran bool, err error) {
-	if cfg.Source != netconf.EC2 {
-		fmt.Fprintf(out, "warm: network %q uses a %s pool; nothing to do\n", cfg.Network, cfg.Source)
+	if cfg.Provider != netconf.EC2 {
+		fmt.Fprintf(out, "warm: network %q uses a %s pool; nothing to do\n", cfg.Network, cfg.Provider)
 		return false, nil
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
 // describeEvery is the safety net: EC2 is read at least this often even
@@ -21,17 +21,17 @@ const describeEvery = time.Hour
 // this instance (dropping the records of another one), takes in what IMDS
 // adds, drops lost addresses whose pods are gone, and returns what IMDS
 // contradicts for EC2 to settle.
-func (w *Warmer) observe(ctx context.Context, inst *pool.Instance) (pool.Drift, error) {
+func (w *Warmer) observe(ctx context.Context, inst *section.Instance) (section.Drift, error) {
 	var (
-		d       pool.Drift
+		d       section.Drift
 		dropped string
 		fresh   bool
 		settled []netip.Addr
 	)
-	err := w.update(ctx, func(st *alloc.State, src *pool.EC2) error {
+	err := w.update(ctx, func(st *alloc.State, src *section.EC2) error {
 		fresh = src.InstanceID == ""
 		dropped = src.Identify(inst.ID)
-		d = pool.Reconcile(src, inst, w.now())
+		d = section.Reconcile(src, inst, w.now())
 		src.VerifiedBoot = w.Mgr.BootID
 		settled = src.DropSettledLost(allocatedIn(st))
 		for _, ip := range settled {
@@ -77,7 +77,7 @@ const reasonHourly = "hourly check"
 
 // describeReason says why this pass must read EC2's truth, or "" if it
 // need not.
-func (w *Warmer) describeReason(src *pool.EC2, d pool.Drift) string {
+func (w *Warmer) describeReason(src *section.EC2, d section.Drift) string {
 	switch {
 	case src.Dirty:
 		return "the last pass may have changed EC2 without recording it"
@@ -87,7 +87,7 @@ func (w *Warmer) describeReason(src *pool.EC2, d pool.Drift) string {
 		return "an ENI creation did not finish"
 	case !d.Empty() && d.Key() != src.Drift:
 		return "IMDS disagrees with the store: " + d.String()
-	case pool.Elapsed(w.now(), src.LastDescribe, describeEvery):
+	case section.Elapsed(w.now(), src.LastDescribe, describeEvery):
 		return reasonHourly
 	}
 	return ""
@@ -95,7 +95,7 @@ func (w *Warmer) describeReason(src *pool.EC2, d pool.Drift) string {
 
 // RefreshResult is what Refresh did.
 type RefreshResult struct {
-	Instance *pool.Instance
+	Instance *section.Instance
 	Added    int    // addresses found on the instance that joined the pool
 	Dropped  string // the other instance whose records were dropped, if any
 }
@@ -109,9 +109,9 @@ func Refresh(ctx context.Context, mgr *alloc.Manager, md Metadata, now time.Time
 		return nil, err
 	}
 	r := &RefreshResult{Instance: inst}
-	err = updateSection(ctx, mgr, func(_ *alloc.State, src *pool.EC2) error {
+	err = updateSection(ctx, mgr, func(_ *alloc.State, src *section.EC2) error {
 		r.Dropped = src.Identify(inst.ID)
-		r.Added = pool.Reconcile(src, inst, now).Found
+		r.Added = section.Reconcile(src, inst, now).Found
 		src.VerifiedBoot = mgr.BootID
 		return nil
 	})
@@ -132,7 +132,7 @@ func (w *Warmer) reassertHost(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	enis := slices.DeleteFunc(slices.Clone(v.src.ENIs), func(e pool.ENI) bool { return e.Unmanaged || e.Unverified })
+	enis := slices.DeleteFunc(slices.Clone(v.src.ENIs), func(e section.ENI) bool { return e.Unmanaged || e.Unverified })
 	r, err := w.Host.Reassert(ctx, enis, v.st.Allocations)
 	if len(r.Repaired) > 0 {
 		w.warn("the node had lost part of its setup, put back: %s", strings.Join(r.Repaired, "; "))

@@ -13,7 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	"github.com/eni-cni/eni-cni/alloc"
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 	"github.com/eni-cni/eni-cni/fault"
 )
 
@@ -28,7 +28,7 @@ var ErrEC2Inconsistent = errors.New("EC2's answer is not about this instance")
 
 // attached is what EC2 says one attached ENI holds.
 type attached struct {
-	state    pool.ENI
+	state    section.ENI
 	ips      []netip.Addr // secondary addresses
 	prefixes []netip.Prefix
 }
@@ -37,7 +37,7 @@ type attached struct {
 // (filtered to this instance) is the truth, not IMDS, which lags. It runs
 // when IMDS disagrees with the store, when the last pass may have changed
 // EC2 without recording it, and once an hour. See applyTruth.
-func (w *Warmer) resync(ctx context.Context, why string, d pool.Drift) error {
+func (w *Warmer) resync(ctx context.Context, why string, d section.Drift) error {
 	v, err := w.snapshot(ctx)
 	if err != nil {
 		return err
@@ -58,7 +58,7 @@ func (w *Warmer) resync(ctx context.Context, why string, d pool.Drift) error {
 	}
 	fault.Point("warm:resync-after-describe")
 	var report resyncReport
-	err = w.update(ctx, func(st *alloc.State, src *pool.EC2) error {
+	err = w.update(ctx, func(st *alloc.State, src *section.EC2) error {
 		report = applyTruth(st, src, truth, w.now())
 		if report.reclaim {
 			// An ENI eni-cni created was detached: once it has sat
@@ -85,7 +85,7 @@ func (w *Warmer) resync(ctx context.Context, why string, d pool.Drift) error {
 	return nil
 }
 
-func (w *Warmer) describeAttached(ctx context.Context, src *pool.EC2) (map[string]attached, error) {
+func (w *Warmer) describeAttached(ctx context.Context, src *section.EC2) (map[string]attached, error) {
 	in := &ec2.DescribeNetworkInterfacesInput{
 		Filters: []types.Filter{{Name: aws.String("attachment.instance-id"), Values: []string{src.InstanceID}}},
 	}
@@ -109,9 +109,9 @@ func (w *Warmer) describeAttached(ctx context.Context, src *pool.EC2) (map[strin
 	}
 }
 
-func (w *Warmer) attachedFrom(ctx context.Context, ni *types.NetworkInterface, src *pool.EC2) (attached, error) {
+func (w *Warmer) attachedFrom(ctx context.Context, ni *types.NetworkInterface, src *section.EC2) (attached, error) {
 	primary, _ := src.PrimaryENI()
-	e := pool.ENI{ID: aws.ToString(ni.NetworkInterfaceId), MAC: aws.ToString(ni.MacAddress), SubnetID: aws.ToString(ni.SubnetId), VPCCIDRs: primary.VPCCIDRs}
+	e := section.ENI{ID: aws.ToString(ni.NetworkInterfaceId), MAC: aws.ToString(ni.MacAddress), SubnetID: aws.ToString(ni.SubnetId), VPCCIDRs: primary.VPCCIDRs}
 	if at := ni.Attachment; at != nil {
 		e.DeviceNumber, e.NetworkCard = int(aws.ToInt32(at.DeviceIndex)), int(aws.ToInt32(at.NetworkCardIndex))
 		e.AttachmentID, e.DeleteOnTermination = aws.ToString(at.AttachmentId), aws.ToBool(at.DeleteOnTermination)
@@ -195,7 +195,7 @@ func (r resyncReport) String() string {
 //     again, and dropped once its pod is gone.
 //   - Addresses marked unusable (a give-back whose result was not
 //     recorded) are settled: still assigned, usable again; gone, dropped.
-func applyTruth(st *alloc.State, src *pool.EC2, truth map[string]attached, now time.Time) resyncReport {
+func applyTruth(st *alloc.State, src *section.EC2, truth map[string]attached, now time.Time) resyncReport {
 	var r resyncReport
 	assigned := learnENIs(src, truth, &r)
 	who := map[netip.Addr]string{}
@@ -203,7 +203,7 @@ func applyTruth(st *alloc.State, src *pool.EC2, truth map[string]attached, now t
 		who[a.IP] = fmt.Sprintf("pod %s/%s, container %.12s", a.PodNamespace, a.PodName, a.ContainerID)
 	}
 	inPool := map[netip.Addr]bool{}
-	src.Addrs = slices.DeleteFunc(src.Addrs, func(p pool.Addr) bool {
+	src.Addrs = slices.DeleteFunc(src.Addrs, func(p section.Addr) bool {
 		inPool[p.IP] = true
 		_, ok := assigned[p.IP]
 		_, held := who[p.IP]
@@ -228,7 +228,7 @@ func applyTruth(st *alloc.State, src *pool.EC2, truth map[string]attached, now t
 		if ok {
 			a.ENI = eni
 			if e, _ := src.ENI(eni); e.Created {
-				a.Origin = pool.OriginAssigned // learnt that eni-cni created its ENI
+				a.Origin = section.OriginAssigned // learnt that eni-cni created its ENI
 			}
 		}
 	}
@@ -245,7 +245,7 @@ func applyTruth(st *alloc.State, src *pool.EC2, truth map[string]attached, now t
 
 // learnENIs makes the section's ENIs those EC2 lists as attached, with
 // EC2's attributes, and returns which ENI each assigned address is on.
-func learnENIs(src *pool.EC2, truth map[string]attached, r *resyncReport) map[netip.Addr]string {
+func learnENIs(src *section.EC2, truth map[string]attached, r *resyncReport) map[netip.Addr]string {
 	assigned := map[netip.Addr]string{}
 	for id, a := range truth {
 		if _, known := src.ENI(id); !known {
@@ -256,12 +256,12 @@ func learnENIs(src *pool.EC2, truth map[string]attached, r *resyncReport) map[ne
 			assigned[ip] = id
 		}
 		for _, p := range a.prefixes {
-			for _, ip := range pool.Expand(p) {
+			for _, ip := range section.Expand(p) {
 				assigned[ip] = id
 			}
 		}
 	}
-	src.ENIs = slices.DeleteFunc(src.ENIs, func(e pool.ENI) bool {
+	src.ENIs = slices.DeleteFunc(src.ENIs, func(e section.ENI) bool {
 		_, ok := truth[e.ID]
 		if !ok {
 			r.detached = append(r.detached, e.ID)
@@ -274,8 +274,8 @@ func learnENIs(src *pool.EC2, truth map[string]attached, r *resyncReport) map[ne
 }
 
 // learnENI records what EC2 says about an attached ENI.
-func learnENI(src *pool.EC2, e pool.ENI) {
-	i := slices.IndexFunc(src.ENIs, func(k pool.ENI) bool { return k.ID == e.ID })
+func learnENI(src *section.EC2, e section.ENI) {
+	i := slices.IndexFunc(src.ENIs, func(k section.ENI) bool { return k.ID == e.ID })
 	if i < 0 {
 		src.ENIs = append(src.ENIs, e)
 		return

@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 
 	"github.com/eni-cni/eni-cni/alloc"
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 	"github.com/eni-cni/eni-cni/fault"
 )
 
@@ -28,7 +28,7 @@ type giveBack struct {
 // one while EC2 is taking it away.
 func (w *Warmer) trim(ctx context.Context) error {
 	var batches []giveBack
-	err := w.update(ctx, func(st *alloc.State, src *pool.EC2) error {
+	err := w.update(ctx, func(st *alloc.State, src *section.EC2) error {
 		c := w.Mgr.Counts(st)
 		surplus := min(c.Free-w.Cfg.WarmIPTarget-st.Waiting(w.now()), c.Total-w.Cfg.MinimumIPTarget)
 		if surplus <= 0 {
@@ -62,7 +62,7 @@ func (w *Warmer) trim(ctx context.Context) error {
 // pickSurplus chooses what to give back, from the highest ENI down so the
 // primary ENI keeps its addresses. With prefix delegation only whole
 // prefixes whose every address qualifies are given back.
-func (w *Warmer) pickSurplus(st *alloc.State, src *pool.EC2, surplus int) []giveBack {
+func (w *Warmer) pickSurplus(st *alloc.State, src *section.EC2, surplus int) []giveBack {
 	ok := w.trimmable(st, src)
 	var out []giveBack
 	for i := len(src.ENIs) - 1; i >= 0 && surplus > 0; i-- {
@@ -72,7 +72,7 @@ func (w *Warmer) pickSurplus(st *alloc.State, src *pool.EC2, surplus int) []give
 		}
 		b := giveBack{eni: e.ID}
 		for _, p := range e.Prefixes {
-			addrs := pool.Expand(p)
+			addrs := section.Expand(p)
 			if len(addrs) <= surplus && !slices.ContainsFunc(addrs, func(a netip.Addr) bool { return !ok[a] }) {
 				b.prefixes = append(b.prefixes, p)
 				surplus -= len(addrs)
@@ -95,7 +95,7 @@ func (w *Warmer) pickSurplus(st *alloc.State, src *pool.EC2, surplus int) []give
 // addresses warm assigned, never ones found on the instance, and never an
 // excluded one (a VIP or an Elastic IP's address the operator put on an ENI
 // eni-cni created, whose addresses otherwise all count as its own).
-func (w *Warmer) trimmable(st *alloc.State, src *pool.EC2) map[netip.Addr]bool {
+func (w *Warmer) trimmable(st *alloc.State, src *section.EC2) map[netip.Addr]bool {
 	busy := map[netip.Addr]bool{}
 	for _, a := range st.Allocations {
 		busy[a.IP] = true
@@ -105,8 +105,8 @@ func (w *Warmer) trimmable(st *alloc.State, src *pool.EC2) map[netip.Addr]bool {
 	}
 	ok := map[netip.Addr]bool{}
 	for _, p := range src.Addrs {
-		if p.Origin == pool.OriginAssigned && !p.Unusable && !p.Lost && !busy[p.IP] && !pool.Excluded(w.Cfg.ExcludeIPs, p.IP) &&
-			pool.Elapsed(w.now(), p.AddedAt, w.Cfg.TrimAfter) {
+		if p.Origin == section.OriginAssigned && !p.Unusable && !p.Lost && !busy[p.IP] && !section.Excluded(w.Cfg.ExcludeIPs, p.IP) &&
+			section.Elapsed(w.now(), p.AddedAt, w.Cfg.TrimAfter) {
 			ok[p.IP] = true
 		}
 	}
@@ -117,7 +117,7 @@ func inPrefixes(ps []netip.Prefix, ip netip.Addr) bool {
 	return slices.ContainsFunc(ps, func(p netip.Prefix) bool { return p.Contains(ip) })
 }
 
-func setUnusable(src *pool.EC2, b giveBack, v bool) {
+func setUnusable(src *section.EC2, b giveBack, v bool) {
 	for i := range src.Addrs {
 		p := &src.Addrs[i]
 		if p.ENI == b.eni && (slices.Contains(b.ips, p.IP) || inPrefixes(b.prefixes, p.IP)) {
@@ -144,7 +144,7 @@ func (w *Warmer) unassign(ctx context.Context, b giveBack) error {
 		return fmt.Errorf("unassign %s from %s (kept unusable until the next pass checks EC2): %w", describe(b.ips, b.prefixes), b.eni, err)
 	}
 	fault.Point("warm:after-unassign-before-forget")
-	err := w.update(context.WithoutCancel(ctx), func(st *alloc.State, src *pool.EC2) error {
+	err := w.update(context.WithoutCancel(ctx), func(st *alloc.State, src *section.EC2) error {
 		w.forget(src, b)
 		return nil
 	})
@@ -154,8 +154,8 @@ func (w *Warmer) unassign(ctx context.Context, b giveBack) error {
 	return err
 }
 
-func (w *Warmer) forget(src *pool.EC2, b giveBack) {
-	src.Addrs = slices.DeleteFunc(src.Addrs, func(p pool.Addr) bool {
+func (w *Warmer) forget(src *section.EC2, b giveBack) {
+	src.Addrs = slices.DeleteFunc(src.Addrs, func(p section.Addr) bool {
 		gone := p.ENI == b.eni && p.Unusable && (slices.Contains(b.ips, p.IP) || inPrefixes(b.prefixes, p.IP))
 		if gone {
 			src.Bury(p.IP, w.now())

@@ -21,7 +21,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/eni-cni/eni-cni/alloc"
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 	"github.com/eni-cni/eni-cni/fault"
 )
 
@@ -43,13 +43,13 @@ type API interface {
 type HostENI interface {
 	// SetupENI waits for the link of an ENI just attached and prepares
 	// it: up with the MTU, and its route table.
-	SetupENI(ctx context.Context, e pool.ENI) error
+	SetupENI(ctx context.Context, e section.ENI) error
 	// Reassert puts back what the node should have and may have lost (a
 	// table flushed by systemd-networkd or amazon-ec2-net-utils, a link
 	// set down, a rule deleted): each secondary ENI's link and table, and
 	// each pod's rules. It reports what it had to repair and what it could
 	// not find (an ENI's link not, or no longer, on the node).
-	Reassert(ctx context.Context, enis []pool.ENI, pods []alloc.Allocation) (HostReport, error)
+	Reassert(ctx context.Context, enis []section.ENI, pods []alloc.Allocation) (HostReport, error)
 }
 
 // HostReport is what Reassert found.
@@ -64,7 +64,7 @@ type Warmer struct {
 	API  API
 	MD   Metadata
 	Host HostENI
-	Cfg  pool.WarmConfig
+	Cfg  section.WarmConfig
 	Out  io.Writer
 	Log  *slog.Logger // optional; warnings also go here
 	Now  func() time.Time
@@ -113,23 +113,23 @@ func (w *Warmer) warn(format string, args ...any) {
 // view is a snapshot of the store taken under the lock.
 type view struct {
 	st     *alloc.State
-	src    *pool.EC2 // never nil: empty on a node warm never ran on
+	src    *section.EC2 // never nil: empty on a node warm never ran on
 	counts alloc.Counts
 }
 
 func (w *Warmer) snapshot(ctx context.Context) (*view, error) {
 	var v view
 	err := w.mgrUpdate(ctx, func(st *alloc.State) (bool, error) {
-		v = view{st: st, src: section(st), counts: w.Mgr.Counts(st)}
+		v = view{st: st, src: sectionOf(st), counts: w.Mgr.Counts(st)}
 		return false, nil
 	})
 	return &v, err
 }
 
-// section returns the state's ec2 section, creating an empty one.
-func section(st *alloc.State) *pool.EC2 {
+// sectionOf returns the state's ec2 section, creating an empty one.
+func sectionOf(st *alloc.State) *section.EC2 {
 	if st.EC2 == nil {
-		st.EC2 = &pool.EC2{}
+		st.EC2 = &section.EC2{}
 	}
 	return st.EC2
 }
@@ -137,7 +137,7 @@ func section(st *alloc.State) *pool.EC2 {
 // update applies fn to the current state and its ec2 section under the
 // lock, and saves only if fn changed the section: a pass with nothing to
 // do writes nothing.
-func (w *Warmer) update(ctx context.Context, fn func(*alloc.State, *pool.EC2) error) error {
+func (w *Warmer) update(ctx context.Context, fn func(*alloc.State, *section.EC2) error) error {
 	w.storeMu.Lock()
 	defer w.storeMu.Unlock()
 	return updateSection(ctx, w.Mgr, fn)
@@ -151,13 +151,13 @@ func (w *Warmer) mgrUpdate(ctx context.Context, fn func(*alloc.State) (bool, err
 	return w.Mgr.Update(ctx, fn)
 }
 
-func updateSection(ctx context.Context, mgr *alloc.Manager, fn func(*alloc.State, *pool.EC2) error) error {
+func updateSection(ctx context.Context, mgr *alloc.Manager, fn func(*alloc.State, *section.EC2) error) error {
 	return mgr.Update(ctx, func(st *alloc.State) (bool, error) {
 		before, err := json.Marshal(st.EC2)
 		if err != nil {
 			return false, err
 		}
-		if err := fn(st, section(st)); err != nil {
+		if err := fn(st, sectionOf(st)); err != nil {
 			return false, err
 		}
 		after, err := json.Marshal(st.EC2)
@@ -176,7 +176,7 @@ func (w *Warmer) Run(ctx context.Context) error {
 
 // RunWith is one pass given what IMDS said at its start. How the pass
 // ended is recorded for ADDs waiting on a dry pool (outcome.go).
-func (w *Warmer) RunWith(ctx context.Context, inst *pool.Instance) error {
+func (w *Warmer) RunWith(ctx context.Context, inst *section.Instance) error {
 	if err := w.markStarted(ctx); err != nil {
 		return err
 	}
@@ -193,7 +193,7 @@ func (w *Warmer) RunWith(ctx context.Context, inst *pool.Instance) error {
 // last the pool's size. The lock is held only around state I/O, never
 // across an EC2 or IMDS call. short reports that the instance's limits
 // kept it from reaching its targets.
-func (w *Warmer) pass(ctx context.Context, inst *pool.Instance) (short bool, err error) {
+func (w *Warmer) pass(ctx context.Context, inst *section.Instance) (short bool, err error) {
 	drift, err := w.observe(ctx, inst)
 	if err != nil {
 		return false, err
@@ -249,7 +249,7 @@ func (w *Warmer) setDirty(ctx context.Context, dirty bool) error {
 	if err != nil || v.src.Dirty == dirty {
 		return err
 	}
-	return w.update(context.WithoutCancel(ctx), func(_ *alloc.State, src *pool.EC2) error {
+	return w.update(context.WithoutCancel(ctx), func(_ *alloc.State, src *section.EC2) error {
 		src.Dirty = dirty
 		return nil
 	})
@@ -299,8 +299,8 @@ func isThrottle(err error) bool {
 	return false
 }
 
-func hasUnusable(src *pool.EC2) bool {
-	return slices.ContainsFunc(src.Addrs, func(a pool.Addr) bool { return a.Unusable })
+func hasUnusable(src *section.EC2) bool {
+	return slices.ContainsFunc(src.Addrs, func(a section.Addr) bool { return a.Unusable })
 }
 
 func (w *Warmer) fetchLimits(ctx context.Context) error {
@@ -313,7 +313,7 @@ func (w *Warmer) fetchLimits(ctx context.Context) error {
 		return err
 	}
 	w.say("limits of %s: %d ENIs, %d IPv4 addresses each", v.src.InstanceType, lim.MaxENIs, lim.IPv4PerENI)
-	return w.update(ctx, func(_ *alloc.State, src *pool.EC2) error {
+	return w.update(ctx, func(_ *alloc.State, src *section.EC2) error {
 		src.Limits = lim
 		return nil
 	})
@@ -359,11 +359,11 @@ func (w *Warmer) fill(ctx context.Context) (short bool, err error) {
 }
 
 // slots is how many secondary addresses or prefixes one ENI takes.
-func slots(src *pool.EC2) int { return src.Limits.Slots() }
+func slots(src *section.EC2) int { return src.Limits.Slots() }
 
 // roomyENI returns the lowest-numbered ENI eni-cni may manage with free
 // slots, and how many.
-func (w *Warmer) roomyENI(src *pool.EC2) (pool.ENI, int) {
+func (w *Warmer) roomyENI(src *section.EC2) (section.ENI, int) {
 	for _, e := range src.ENIs {
 		if e.Unmanaged || e.Unverified {
 			continue
@@ -372,16 +372,16 @@ func (w *Warmer) roomyENI(src *pool.EC2) (pool.ENI, int) {
 			return e, room
 		}
 	}
-	return pool.ENI{}, 0
+	return section.ENI{}, 0
 }
 
-func (w *Warmer) maxENIs(src *pool.EC2) int { return src.Limits.ENILimit(w.Cfg.MaxENIs) }
+func (w *Warmer) maxENIs(src *section.EC2) int { return src.Limits.ENILimit(w.Cfg.MaxENIs) }
 
 // canCreate: fewer ENIs on the default network card than maxENIs. warm
 // attaches only there (the instance type's maxPods assumes as much, see
-// pool.MaxPods); ENIs on other cards are someone else's, used where
+// section.MaxPods); ENIs on other cards are someone else's, used where
 // managed, with their own device index and table.
-func (w *Warmer) canCreate(src *pool.EC2) bool {
+func (w *Warmer) canCreate(src *section.EC2) bool {
 	n := 0
 	for _, e := range src.ENIs {
 		if e.NetworkCard == 0 {
@@ -393,7 +393,7 @@ func (w *Warmer) canCreate(src *pool.EC2) bool {
 
 // assign asks EC2 for addresses (or /28 prefixes) on e and records exactly
 // what the reply says was assigned.
-func (w *Warmer) assign(ctx context.Context, e pool.ENI, need, room int) error {
+func (w *Warmer) assign(ctx context.Context, e section.ENI, need, room int) error {
 	in := &ec2.AssignPrivateIpAddressesInput{NetworkInterfaceId: aws.String(e.ID)}
 	if w.Cfg.PrefixDelegation {
 		in.Ipv4PrefixCount = aws.Int32(int32(min((need+15)/16, room)))
@@ -465,8 +465,8 @@ func (w *Warmer) flushWake() {
 func (w *Warmer) record(ctx context.Context, eniID string, ips []netip.Addr, prefixes []netip.Prefix) (int, error) {
 	added := 0
 	// EC2 has made the change: record it even if the pass's time is up.
-	err := w.update(context.WithoutCancel(ctx), func(st *alloc.State, src *pool.EC2) error {
-		i := slices.IndexFunc(src.ENIs, func(e pool.ENI) bool { return e.ID == eniID })
+	err := w.update(context.WithoutCancel(ctx), func(st *alloc.State, src *section.EC2) error {
+		i := slices.IndexFunc(src.ENIs, func(e section.ENI) bool { return e.ID == eniID })
 		if i < 0 {
 			return fmt.Errorf("record addresses of %s: ENI not in the store", eniID)
 		}
@@ -476,9 +476,9 @@ func (w *Warmer) record(ctx context.Context, eniID string, ips []netip.Addr, pre
 			if !slices.Contains(src.ENIs[i].Prefixes, p.Masked()) {
 				src.ENIs[i].Prefixes = append(src.ENIs[i].Prefixes, p.Masked())
 			}
-			all = append(all, pool.Expand(p)...)
+			all = append(all, section.Expand(p)...)
 		}
-		added = src.AddAddrs(eniID, pool.OriginAssigned, all, w.now())
+		added = src.AddAddrs(eniID, section.OriginAssigned, all, w.now())
 		reassigned(src, eniID, all)
 		return nil
 	})
@@ -489,7 +489,7 @@ func (w *Warmer) record(ctx context.Context, eniID string, ips []netip.Addr, pre
 // count lacks: all but those already in the pool on it and not lost (an
 // ADD's refresh read them from IMDS between the call and this record, and
 // Reconcile counted them).
-func uncounted(src *pool.EC2, eniID string, ips []netip.Addr) int {
+func uncounted(src *section.EC2, eniID string, ips []netip.Addr) int {
 	counted := map[netip.Addr]bool{}
 	for _, a := range src.Addrs {
 		if a.ENI == eniID && !a.Lost {
@@ -510,14 +510,14 @@ func uncounted(src *pool.EC2, eniID string, ips []netip.Addr) int {
 // and now gives it back), taken in as found by an ADD's refresh racing
 // this pass, or filed under another ENI (moved behind
 // eni-cni's back). The reply is the truth.
-func reassigned(src *pool.EC2, eniID string, ips []netip.Addr) {
+func reassigned(src *section.EC2, eniID string, ips []netip.Addr) {
 	just := make(map[netip.Addr]bool, len(ips))
 	for _, ip := range ips {
 		just[ip] = true
 	}
 	for i := range src.Addrs {
 		if a := &src.Addrs[i]; just[a.IP] {
-			a.ENI, a.Lost, a.Origin = eniID, false, pool.OriginAssigned
+			a.ENI, a.Lost, a.Origin = eniID, false, section.OriginAssigned
 		}
 	}
 }

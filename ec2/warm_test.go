@@ -17,7 +17,7 @@ import (
 
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
 // env is one simulated node: the fake AWS, real SDK clients pointed at it,
@@ -37,12 +37,12 @@ type fakeHost struct {
 	setup     []string
 	err       error
 	reasserts int
-	enis      []pool.ENI         // as last reasserted
+	enis      []section.ENI      // as last reasserted
 	pods      []alloc.Allocation // as last reasserted
 	repair    []string           // what the next Reassert reports repaired
 }
 
-func (h *fakeHost) Reassert(_ context.Context, enis []pool.ENI, pods []alloc.Allocation) (HostReport, error) {
+func (h *fakeHost) Reassert(_ context.Context, enis []section.ENI, pods []alloc.Allocation) (HostReport, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.reasserts++
@@ -52,14 +52,14 @@ func (h *fakeHost) Reassert(_ context.Context, enis []pool.ENI, pods []alloc.All
 	return HostReport{Repaired: r}, nil
 }
 
-func (h *fakeHost) SetupENI(_ context.Context, e pool.ENI) error {
+func (h *fakeHost) SetupENI(_ context.Context, e section.ENI) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.setup = append(h.setup, e.ID)
 	return h.err
 }
 
-func newEnv(t *testing.T, cfg ec2fake.Config, wc pool.WarmConfig) *env {
+func newEnv(t *testing.T, cfg ec2fake.Config, wc section.WarmConfig) *env {
 	t.Helper()
 	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDTEST")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
@@ -87,13 +87,13 @@ func (e *env) warm(t *testing.T) {
 	}
 }
 
-func (e *env) counts(t *testing.T) (alloc.Counts, *alloc.State, *pool.EC2) {
+func (e *env) counts(t *testing.T) (alloc.Counts, *alloc.State, *section.EC2) {
 	t.Helper()
 	st, c, err := e.mgr.Snapshot(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c, st, section(st)
+	return c, st, sectionOf(st)
 }
 
 func (e *env) addPods(t *testing.T, n int) []alloc.Allocation {
@@ -120,7 +120,7 @@ func (e *env) ec2Addresses() map[string]int {
 }
 
 func TestDiscoverSeveralENIs(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge"}, pool.WarmConfig{})
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge"}, section.WarmConfig{})
 	primary := e.fake.PrimaryENI()
 	if _, err := e.fake.SeedIPs(primary.ID, 3); err != nil {
 		t.Fatal(err)
@@ -150,8 +150,8 @@ func TestDiscoverSeveralENIs(t *testing.T) {
 	if len(got[2].Prefixes) != 1 || len(got[2].Secondary) != 0 || !got[0].SubnetCIDR.IsValid() || len(got[0].VPCCIDRs) == 0 || len(got[0].SecurityGroups) == 0 {
 		t.Errorf("third ENI / subnet: %+v", got[2])
 	}
-	src := &pool.EC2{}
-	if d := pool.Reconcile(src, inst, time.Now()); d.Found != 3+2+16 {
+	src := &section.EC2{}
+	if d := section.Reconcile(src, inst, time.Now()); d.Found != 3+2+16 {
 		t.Errorf("merged %d addresses, want 21 (primaries excluded)", d.Found)
 	}
 	for _, p := range src.Addrs {
@@ -165,7 +165,7 @@ func TestDiscoverSeveralENIs(t *testing.T) {
 }
 
 func TestWarmToTargetThenSteady(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large"}, pool.WarmConfig{WarmIPTarget: 5})
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large"}, section.WarmConfig{WarmIPTarget: 5})
 	e.warm(t)
 	c, _, src := e.counts(t)
 	if c.Free != 5 || c.Total != 5 {
@@ -226,7 +226,7 @@ func totalCalls(m map[string]int) int {
 }
 
 func TestWarmCreatesENIsUpToLimit(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large"}, pool.WarmConfig{WarmIPTarget: 5, Tags: map[string]string{"team": "net"}})
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large"}, section.WarmConfig{WarmIPTarget: 5, Tags: map[string]string{"team": "net"}})
 	got := e.fillTo(t, 29)
 	calls := e.fake.Calls()
 	t.Logf("m5.large, warmIPTarget 5: %d pods got addresses with %d EC2 calls %v", got, totalCalls(calls), calls)
@@ -268,7 +268,7 @@ func TestWarmCreatesENIsUpToLimit(t *testing.T) {
 }
 
 func TestWarmPrefixDelegation(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large"}, pool.WarmConfig{WarmIPTarget: 5, PrefixDelegation: true})
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large"}, section.WarmConfig{WarmIPTarget: 5, PrefixDelegation: true})
 	got := e.fillTo(t, 29)
 	calls := e.fake.Calls()
 	t.Logf("m5.large, prefix delegation: %d pods with %d EC2 calls %v", got, totalCalls(calls), calls)
@@ -283,7 +283,7 @@ func TestWarmPrefixDelegation(t *testing.T) {
 }
 
 func TestTrimSparesAllocatedAndCooling(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large", Clock: nil}, pool.WarmConfig{WarmIPTarget: 3, TrimAfter: time.Minute})
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large", Clock: nil}, section.WarmConfig{WarmIPTarget: 3, TrimAfter: time.Minute})
 	e.warm(t)
 	pods := e.addPods(t, 3)
 	e.warm(t) // 6 in pool, 3 allocated, 3 free
@@ -317,7 +317,7 @@ func TestTrimSparesAllocatedAndCooling(t *testing.T) {
 	if !ec2IPs[pods[2].IP.String()] || len(ec2IPs) != 4 {
 		t.Errorf("EC2 holds %v; the allocated %s must stay", ec2IPs, pods[2].IP)
 	}
-	for _, p := range section(st).Addrs {
+	for _, p := range sectionOf(st).Addrs {
 		if !ec2IPs[p.IP.String()] || p.Unusable {
 			t.Errorf("store and EC2 disagree on %s", p.IP)
 		}
@@ -328,7 +328,7 @@ func TestTrimSparesAllocatedAndCooling(t *testing.T) {
 }
 
 func TestIMDSLagNeitherLosesNorDoubles(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large", IMDSLag: time.Hour}, pool.WarmConfig{WarmIPTarget: 4, TrimAfter: time.Minute})
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large", IMDSLag: time.Hour}, section.WarmConfig{WarmIPTarget: 4, TrimAfter: time.Minute})
 	e.fake.SyncIMDS()
 	e.warm(t) // EC2 assigns 4; IMDS will not show them for an hour
 	r, err := Refresh(context.Background(), e.mgr, e.w.MD, e.now)
@@ -366,19 +366,19 @@ func TestIMDSLagNeitherLosesNorDoubles(t *testing.T) {
 }
 
 func TestTombstonesStopStaleIMDS(t *testing.T) {
-	src := &pool.EC2{Tombstones: []pool.Tombstone{{IP: netip.MustParseAddr("10.0.0.9"), Until: time.Now().Add(time.Minute)}}}
-	inst := &pool.Instance{ENIs: []pool.ENIInfo{{ID: "eni-1", PrimaryIP: netip.MustParseAddr("10.0.0.5"),
+	src := &section.EC2{Tombstones: []section.Tombstone{{IP: netip.MustParseAddr("10.0.0.9"), Until: time.Now().Add(time.Minute)}}}
+	inst := &section.Instance{ENIs: []section.ENIInfo{{ID: "eni-1", PrimaryIP: netip.MustParseAddr("10.0.0.5"),
 		Secondary: []netip.Addr{netip.MustParseAddr("10.0.0.9"), netip.MustParseAddr("10.0.0.10")}}}}
-	if d := pool.Reconcile(src, inst, time.Now()); d.Found != 1 || src.Addrs[0].IP.String() != "10.0.0.10" {
+	if d := section.Reconcile(src, inst, time.Now()); d.Found != 1 || src.Addrs[0].IP.String() != "10.0.0.10" {
 		t.Fatalf("merged %d: %+v", d.Found, src.Addrs)
 	}
-	if d := pool.Reconcile(src, inst, time.Now().Add(time.Hour)); d.Found != 1 {
+	if d := section.Reconcile(src, inst, time.Now().Add(time.Hour)); d.Found != 1 {
 		t.Errorf("expired tombstone: merged %d", d.Found)
 	}
 }
 
 func TestThrottlingRetriedThenReported(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large"}, pool.WarmConfig{WarmIPTarget: 5})
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large"}, section.WarmConfig{WarmIPTarget: 5})
 	e.w.API = NewAPI(e.fake.URL(), "us-east-1", NewMetadataClient(e.fake.URL()), fastRetry)
 	e.fake.Throttle("AssignPrivateIpAddresses", 2)
 	e.warm(t)
@@ -399,7 +399,7 @@ func TestThrottlingRetriedThenReported(t *testing.T) {
 }
 
 func TestIMDSUnreachable(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{}, pool.WarmConfig{WarmIPTarget: 5})
+	e := newEnv(t, ec2fake.Config{}, section.WarmConfig{WarmIPTarget: 5})
 	e.w.MD = NewMetadataClient("http://127.0.0.1:1")
 	e.mgr.Snapshot(context.Background()) // the first call records the boot
 	before := e.st.Bytes()
@@ -418,7 +418,7 @@ func TestIMDSBadReplies(t *testing.T) {
 	}
 	for name, breakIt := range cases {
 		t.Run(name, func(t *testing.T) {
-			e := newEnv(t, ec2fake.Config{}, pool.WarmConfig{})
+			e := newEnv(t, ec2fake.Config{}, section.WarmConfig{})
 			breakIt(e.fake)
 			if _, err := Discover(context.Background(), e.w.MD); !errors.Is(err, ErrIMDS) {
 				t.Errorf("err = %v", err)
@@ -435,7 +435,7 @@ func fastRetry(o *ec2.Options) {
 	})
 }
 
-func unusableIPs(src *pool.EC2) []netip.Addr {
+func unusableIPs(src *section.EC2) []netip.Addr {
 	var out []netip.Addr
 	for _, p := range src.Addrs {
 		if p.Unusable {
@@ -446,7 +446,7 @@ func unusableIPs(src *pool.EC2) []netip.Addr {
 }
 
 func TestFailedUnassignStaysUnusableUntilResync(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large"}, pool.WarmConfig{WarmIPTarget: 4, TrimAfter: time.Minute})
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large"}, section.WarmConfig{WarmIPTarget: 4, TrimAfter: time.Minute})
 	e.w.API = NewAPI(e.fake.URL(), "us-east-1", NewMetadataClient(e.fake.URL()), fastRetry)
 	e.warm(t)
 	e.w.Cfg.WarmIPTarget = 2
@@ -485,7 +485,7 @@ func TestFailedUnassignStaysUnusableUntilResync(t *testing.T) {
 }
 
 func TestUnassignDoneButNotRecordedIsDropped(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large"}, pool.WarmConfig{WarmIPTarget: 4})
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large"}, section.WarmConfig{WarmIPTarget: 4})
 	e.warm(t)
 	_, _, src0 := e.counts(t)
 	gone := src0.Addrs[:2]
@@ -521,7 +521,7 @@ func TestUnassignDoneButNotRecordedIsDropped(t *testing.T) {
 }
 
 func TestLostRecordsAreLearntBack(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, pool.WarmConfig{WarmIPTarget: 3})
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, section.WarmConfig{WarmIPTarget: 3})
 	e.warm(t) // primary ENI: 3 of its 5 slots
 	fail := true
 	e.st.SaveFn = func(st *alloc.State) error {
@@ -559,7 +559,7 @@ func TestLostRecordsAreLearntBack(t *testing.T) {
 // TestIdlePassWritesNothing: a pass with nothing to do neither marks the
 // section dirty nor saves (it used to cost two fsynced saves per pass).
 func TestIdlePassWritesNothing(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large"}, pool.WarmConfig{WarmIPTarget: 5, TrimAfter: time.Minute})
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large"}, section.WarmConfig{WarmIPTarget: 5, TrimAfter: time.Minute})
 	e.warm(t)
 	saves := e.st.Saves
 	for range 10 {

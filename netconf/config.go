@@ -19,7 +19,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/eni-cni/eni-cni/alloc"
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
 // PluginType is the `type` of our entry in a conflist.
@@ -54,7 +54,7 @@ const (
 	MinGCGrace = 60 * time.Second
 )
 
-// Pool sources.
+// Providers: where a network's addresses come from (pool.source).
 const (
 	Static = "static"
 	EC2    = "ec2"
@@ -118,12 +118,13 @@ type Config struct {
 	Raw  []byte // as given, for the lean build's delegations
 	conf *netConf
 	// PluginConf is the standard part of the entry (prevResult for CHECK).
-	PluginConf  *types.PluginConf
-	Network     string
-	CNIVersion  string
-	StateDir    string
-	MTU         int
-	Source      string
+	PluginConf *types.PluginConf
+	Network    string
+	CNIVersion string
+	StateDir   string
+	MTU        int
+	// Provider is where the addresses come from: Static or EC2 (pool.source).
+	Provider    string
 	Pool        alloc.Pool
 	Cooldown    time.Duration
 	GCGrace     time.Duration
@@ -137,7 +138,7 @@ type Config struct {
 	// MetricsPath for the default.
 	MetricsFile string
 	// ec2 source
-	Warm pool.WarmConfig
+	Warm section.WarmConfig
 	// AddWait is how long ADD on a dry pool waits for `warm` (0: it
 	// fails at once with code 11, as before demand-driven warm).
 	AddWait      time.Duration
@@ -170,7 +171,7 @@ func Decode(data []byte) (*Config, error) {
 	}
 	c := &Config{
 		Raw: data, conf: &nc, PluginConf: &nc.PluginConf, Network: nc.Name, CNIVersion: nc.CNIVersion,
-		StateDir: nc.StateDir, MTU: nc.MTU, Source: nc.Pool.Source,
+		StateDir: nc.StateDir, MTU: nc.MTU, Provider: nc.Pool.Source,
 		VethPrefix: DefaultVethPrefix, LogFile: nc.LogFile, LogLevel: nc.LogLevel,
 	}
 	if c.Network == "" {
@@ -280,10 +281,10 @@ func (c *Config) MetricsPath() string {
 }
 
 func (c *Config) parsePool() error {
-	if c.Source == "" {
-		c.Source = EC2
+	if c.Provider == "" {
+		c.Provider = EC2
 	}
-	switch c.Source {
+	switch c.Provider {
 	case Static:
 		ranges, err := alloc.ParseRanges(c.conf.Pool.Ranges)
 		if err != nil {
@@ -298,7 +299,7 @@ func (c *Config) parsePool() error {
 		c.Pool = alloc.StoredPool{Exclude: c.Warm.ExcludeIPs}
 		return nil
 	default:
-		return fmt.Errorf("%w: unknown pool.source %q (want %q or %q)", ErrInvalidConfig, c.Source, EC2, Static)
+		return fmt.Errorf("%w: unknown pool.source %q (want %q or %q)", ErrInvalidConfig, c.Provider, EC2, Static)
 	}
 }
 
@@ -338,7 +339,7 @@ const (
 
 func (c *Config) parseEC2() error {
 	inPool, top := c.conf.Pool.ec2Conf, c.conf.ec2Conf
-	w := pool.WarmConfig{
+	w := section.WarmConfig{
 		WarmIPTarget:     pick(inPool.WarmIPTarget, top.WarmIPTarget, defaultWarmIPTarget),
 		MinimumIPTarget:  pick(inPool.MinimumIPTarget, top.MinimumIPTarget, 0),
 		MaxENIs:          pick(inPool.MaxENIs, top.MaxENIs, 0),

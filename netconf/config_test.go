@@ -85,7 +85,7 @@ func TestParseConfigEC2(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Source != "ec2" || c.Warm.WarmIPTarget != 5 || c.Warm.MinimumIPTarget != 0 || c.Warm.PrefixDelegation {
+	if c.Provider != "ec2" || c.Warm.WarmIPTarget != 5 || c.Warm.MinimumIPTarget != 0 || c.Warm.PrefixDelegation {
 		t.Errorf("ec2 defaults: %+v", c.Warm)
 	}
 	c, err = Parse([]byte(`{"name":"pods","warmIPTarget":2,"maxENIs":9,"imdsEndpoint":"http://127.0.0.1:9","snat":true,

@@ -117,8 +117,8 @@ func OpenWith(cfg *netconf.Config, full provider.Full, w Wirer) (*Plugin, error)
 		Cooldown: cfg.Cooldown, LockTimeout: cfg.LockTimeout,
 	}
 	var prov Provider = staticProvider{cfg.Pool}
-	if cfg.Source == netconf.EC2 {
-		ec2 := provider.Source{Cfg: cfg, Mgr: mgr, Full: full, Warm: provider.NewNodeWarm(full)}
+	if cfg.Provider == netconf.EC2 {
+		ec2 := provider.EC2{Cfg: cfg, Mgr: mgr, Full: full, Warm: provider.NewNodeWarm(full)}
 		prov, mgr.Admit = ec2, ec2.Admit
 	}
 	return newPluginWith(cfg, mgr, w, prov), nil

@@ -14,8 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/eni-cni/eni-cni/alloc"
-	"github.com/eni-cni/eni-cni/ec2/pool"
 	"github.com/eni-cni/eni-cni/ec2/provider"
+	"github.com/eni-cni/eni-cni/ec2/section"
 	"github.com/eni-cni/eni-cni/netconf"
 )
 
@@ -131,7 +131,7 @@ func (d *dyingWarm) StartWarm(ctx context.Context, cfg *netconf.Config, direct b
 		p, _ := d.n.plugin()
 		err := p.Mgr.Update(ctx, func(st *alloc.State) (bool, error) {
 			if st.EC2 == nil {
-				st.EC2 = &pool.EC2{}
+				st.EC2 = &section.EC2{}
 			}
 			st.EC2.PassStartedAt, st.EC2.PassPID = time.Now().UTC(), d.deadPID
 			return true, nil
@@ -153,7 +153,7 @@ func TestDryPoolWarmKilledMidPass(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, _ := n.plugin()
-	src := p.provider.(provider.Source)
+	src := p.provider.(provider.EC2)
 	src.Warm = &dyingWarm{n: n, deadPID: gone.Process.Pid}
 	p.provider = src
 	if _, err := p.add(context.Background(), att("survivor")); err != nil {
@@ -185,7 +185,7 @@ func (l *lostUnit) StartWarm(ctx context.Context, cfg *netconf.Config, direct bo
 func TestDryPoolUnitStartRunsNothing(t *testing.T) {
 	n := newDryNode(t, "t3.medium", `,"addWaitSeconds":12`)
 	p, _ := n.plugin()
-	src := p.provider.(provider.Source)
+	src := p.provider.(provider.EC2)
 	lu := &lostUnit{n: n}
 	src.Warm = lu
 	p.provider = src
@@ -227,7 +227,7 @@ func TestDryPoolFailedPassFromTheFuture(t *testing.T) {
 	n := newDryNode(t, "t3.medium", `,"addWaitSeconds":15`)
 	p, _ := n.plugin()
 	err := p.Mgr.Update(context.Background(), func(st *alloc.State) (bool, error) {
-		st.EC2 = &pool.EC2{LastPass: &pool.PassOutcome{At: time.Now().Add(time.Hour).UTC(), Result: pool.PassThrottled}}
+		st.EC2 = &section.EC2{LastPass: &section.PassOutcome{At: time.Now().Add(time.Hour).UTC(), Result: section.PassThrottled}}
 		return true, nil
 	})
 	if err != nil {
@@ -298,7 +298,7 @@ func (r *reusedWarm) StartWarm(ctx context.Context, cfg *netconf.Config, direct 
 		p, _ := r.n.plugin()
 		err := p.Mgr.Update(ctx, func(st *alloc.State) (bool, error) {
 			if st.EC2 == nil {
-				st.EC2 = &pool.EC2{}
+				st.EC2 = &section.EC2{}
 			}
 			st.EC2.PassStartedAt, st.EC2.PassPID = marked, other.Process.Pid
 			return true, nil
@@ -316,7 +316,7 @@ func (r *reusedWarm) StartWarm(ctx context.Context, cfg *netconf.Config, direct 
 func TestDryPoolWarmPIDReused(t *testing.T) {
 	n := newDryNode(t, "t3.medium", `,"addWaitSeconds":12`)
 	p, _ := n.plugin()
-	src := p.provider.(provider.Source)
+	src := p.provider.(provider.EC2)
 	src.Warm = &reusedWarm{n: n}
 	p.provider = src
 	if _, err := p.add(context.Background(), att("survivor")); err != nil {

@@ -21,8 +21,8 @@ import (
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2"
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
-	"github.com/eni-cni/eni-cni/ec2/pool"
 	"github.com/eni-cni/eni-cni/ec2/provider"
+	"github.com/eni-cni/eni-cni/ec2/section"
 	"github.com/eni-cni/eni-cni/netconf"
 )
 
@@ -44,8 +44,8 @@ type dryNode struct {
 
 type noENIHost struct{}
 
-func (noENIHost) SetupENI(context.Context, pool.ENI) error { return nil }
-func (noENIHost) Reassert(context.Context, []pool.ENI, []alloc.Allocation) (ec2.HostReport, error) {
+func (noENIHost) SetupENI(context.Context, section.ENI) error { return nil }
+func (noENIHost) Reassert(context.Context, []section.ENI, []alloc.Allocation) (ec2.HostReport, error) {
 	return ec2.HostReport{}, nil
 }
 
@@ -81,7 +81,7 @@ func (n *dryNode) plugin() (*Plugin, *fakeWire) {
 	}
 	w := newFakeWire()
 	p.wire = w
-	src := p.provider.(provider.Source)
+	src := p.provider.(provider.EC2)
 	src.Warm = n
 	p.provider = src
 	return p, w
@@ -192,7 +192,7 @@ func TestDryPoolADDWaitsForWarm(t *testing.T) {
 	if c := n.fake.Calls(); c["AssignPrivateIpAddresses"] < 1 || c["AssignPrivateIpAddresses"] > 2 {
 		t.Errorf("EC2 calls %v, want the need assigned in one call", c)
 	}
-	if src := st.EC2; src == nil || src.LastPass == nil || src.LastPass.Result == pool.PassFailed {
+	if src := st.EC2; src == nil || src.LastPass == nil || src.LastPass.Result == section.PassFailed {
 		t.Errorf("outcome %+v", src)
 	}
 }

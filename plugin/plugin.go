@@ -21,8 +21,8 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/eni-cni/eni-cni/alloc"
-	"github.com/eni-cni/eni-cni/ec2/pool"
 	"github.com/eni-cni/eni-cni/ec2/provider"
+	"github.com/eni-cni/eni-cni/ec2/section"
 	"github.com/eni-cni/eni-cni/fault"
 	"github.com/eni-cni/eni-cni/netconf"
 	"github.com/eni-cni/eni-cni/netsetup"
@@ -91,8 +91,8 @@ type Plugin struct {
 
 // newPluginWith wires the verbs' dependencies together; the store refuses
 // to start from nothing on a node that has pods (stateLost).
-func newPluginWith(cfg *netconf.Config, mgr *alloc.Manager, w Wirer, src Provider) *Plugin {
-	p := &Plugin{Cfg: cfg, Mgr: mgr, wire: w, provider: src}
+func newPluginWith(cfg *netconf.Config, mgr *alloc.Manager, w Wirer, prov Provider) *Plugin {
+	p := &Plugin{Cfg: cfg, Mgr: mgr, wire: w, provider: prov}
 	mgr.Network, mgr.OnMissing = cfg.Network, p.stateLost
 	return p
 }
@@ -138,7 +138,7 @@ func (p *Plugin) stateLost(st *alloc.State) error {
 	}
 	var ours []string
 	for _, r := range routes {
-		if p.Cfg.Source == netconf.Static && !p.Cfg.Pool.Contains(nil, r.IP) {
+		if p.Cfg.Provider == netconf.Static && !p.Cfg.Pool.Contains(nil, r.IP) {
 			continue
 		}
 		if veth, ok := explained[r.IP]; ok && (veth == r.Veth || veth == "") {
@@ -176,31 +176,31 @@ func (p *Plugin) podSpec(a alloc.Allocation, netns string, r netsetup.Routing) n
 // it allocates itself, so that a dry pool costs one lock round.
 type waitingProvider interface {
 	Waits() bool
-	Allocate(ctx context.Context, req alloc.Request) (a alloc.Allocation, existed bool, sec *pool.EC2, attrs []any, err error)
+	Allocate(ctx context.Context, req alloc.Request) (a alloc.Allocation, existed bool, sec *section.EC2, attrs []any, err error)
 }
 
 // allocate takes an address; when the pool is empty the provider may find
 // one (IMDS) or wait for one (ec2: warm, started for this ADD), or says why
 // there is none.
-func (p *Plugin) allocate(ctx context.Context, req alloc.Request) (alloc.Allocation, bool, *pool.EC2, error) {
+func (p *Plugin) allocate(ctx context.Context, req alloc.Request) (alloc.Allocation, bool, *section.EC2, error) {
 	if w, ok := p.provider.(waitingProvider); ok && w.Waits() {
-		a, existed, source, attrs, err := w.Allocate(ctx, req)
+		a, existed, sec, attrs, err := w.Allocate(ctx, req)
 		p.addAttrs = attrs
-		return a, existed, source, err
+		return a, existed, sec, err
 	}
-	a, existed, source, err := p.Mgr.AllocateWithSource(ctx, req)
+	a, existed, sec, err := p.Mgr.AllocateWithSource(ctx, req)
 	if errors.Is(err, provider.ErrIdentityUnchecked) {
 		// First ADD of a boot: compare the store with IMDS, then retry.
 		if _, rerr := p.provider.Refresh(ctx); rerr != nil {
-			return a, existed, source, fmt.Errorf("%w (%w)", err, rerr)
+			return a, existed, sec, fmt.Errorf("%w (%w)", err, rerr)
 		}
-		a, existed, source, err = p.Mgr.AllocateWithSource(ctx, req)
+		a, existed, sec, err = p.Mgr.AllocateWithSource(ctx, req)
 	}
 	if !errors.Is(err, alloc.ErrPoolExhausted) {
-		return a, existed, source, err
+		return a, existed, sec, err
 	}
-	a, existed, source, p.addAttrs, err = p.provider.Dry(ctx, req, err)
-	return a, existed, source, err
+	a, existed, sec, p.addAttrs, err = p.provider.Dry(ctx, req, err)
+	return a, existed, sec, err
 }
 
 // add gives the attachment an address and wires it. Repeating ADD returns
@@ -212,12 +212,12 @@ func (p *Plugin) add(ctx context.Context, at attachment) (*current.Result, error
 		PodNamespace: at.PodNamespace, PodName: at.PodName, PodUID: at.PodUID,
 		HostVeth: netsetup.HostVethName(p.Cfg.VethPrefix, at.ContainerID, at.IfName),
 	}
-	a, existed, source, err := p.allocate(ctx, req)
+	a, existed, sec, err := p.allocate(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	fault.Point("add:after-allocate")
-	routing, err := p.provider.Prepare(ctx, a, source)
+	routing, err := p.provider.Prepare(ctx, a, sec)
 	if err != nil {
 		return nil, p.undo(ctx, at, a, existed, err)
 	}
@@ -368,7 +368,7 @@ func (p *Plugin) delWithoutStore(k alloc.Key, cause error) error {
 // it). Each kind of disagreement has its own error, and so its own CNI
 // code (toCNIError).
 func (p *Plugin) check(ctx context.Context, at attachment, prev *current.Result) error {
-	a, found, source, err := p.Mgr.GetWithSource(ctx, at.Key)
+	a, found, sec, err := p.Mgr.GetWithSource(ctx, at.Key)
 	if err != nil {
 		return err
 	}
@@ -380,7 +380,7 @@ func (p *Plugin) check(ctx context.Context, at attachment, prev *current.Result)
 			return fmt.Errorf("check %s: %w: %w", at.Key, errPrevResult, err)
 		}
 	}
-	routing, err := p.provider.Routing(a, source)
+	routing, err := p.provider.Routing(a, sec)
 	if err != nil {
 		return fmt.Errorf("check %s (%s): %w: %w", at.Key, a.IP, errCheckRouting, err)
 	}

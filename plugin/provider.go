@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/eni-cni/eni-cni/alloc"
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 	"github.com/eni-cni/eni-cni/netsetup"
 )
 
@@ -16,17 +16,17 @@ type Provider interface {
 	// Prepare readies the node for address a (for ec2: its ENI's link and
 	// route table) and says how the pod's traffic is routed. sec is the
 	// state's ec2 section as read with the allocation (nil if none).
-	Prepare(ctx context.Context, a alloc.Allocation, sec *pool.EC2) (netsetup.Routing, error)
+	Prepare(ctx context.Context, a alloc.Allocation, sec *section.EC2) (netsetup.Routing, error)
 	// Routing is Prepare without changing anything, for CHECK; an error
 	// means the routing cannot be known (CHECK fails rather than skip).
-	Routing(a alloc.Allocation, sec *pool.EC2) (netsetup.Routing, error)
+	Routing(a alloc.Allocation, sec *section.EC2) (netsetup.Routing, error)
 	// Refresh compares the store with the instance (IMDS) and adds the
 	// addresses it does not know yet; it returns how many it added.
 	Refresh(ctx context.Context) (int, error)
 	// Dry serves an ADD that found no free address (cause): it may find
 	// or wait for one, or explains the empty pool. attrs go to the ADD's
 	// log line.
-	Dry(ctx context.Context, req alloc.Request, cause error) (a alloc.Allocation, existed bool, sec *pool.EC2, attrs []any, err error)
+	Dry(ctx context.Context, req alloc.Request, cause error) (a alloc.Allocation, existed bool, sec *section.EC2, attrs []any, err error)
 	// Ready reports whether ADD can work at all (STATUS).
 	Ready(ctx context.Context, st *alloc.State) error
 }
@@ -34,18 +34,18 @@ type Provider interface {
 // staticProvider is a pool of configured ranges on the node's own network.
 type staticProvider struct{ pool alloc.Pool }
 
-func (s staticProvider) Prepare(context.Context, alloc.Allocation, *pool.EC2) (netsetup.Routing, error) {
+func (s staticProvider) Prepare(context.Context, alloc.Allocation, *section.EC2) (netsetup.Routing, error) {
 	return netsetup.Routing{}, nil
 }
 
-func (s staticProvider) Routing(alloc.Allocation, *pool.EC2) (netsetup.Routing, error) {
+func (s staticProvider) Routing(alloc.Allocation, *section.EC2) (netsetup.Routing, error) {
 	return netsetup.Routing{}, nil
 }
 
 func (s staticProvider) Refresh(context.Context) (int, error) { return 0, nil }
 
 // Dry: a static pool gets no new addresses; the runtime retries (code 11).
-func (s staticProvider) Dry(_ context.Context, _ alloc.Request, cause error) (alloc.Allocation, bool, *pool.EC2, []any, error) {
+func (s staticProvider) Dry(_ context.Context, _ alloc.Request, cause error) (alloc.Allocation, bool, *section.EC2, []any, error) {
 	return alloc.Allocation{}, false, nil, nil, cause
 }
 

@@ -219,7 +219,7 @@ func (p *Plugin) Repair(ctx context.Context, store RepairStore, o RepairOptions,
 	if err != nil {
 		return fmt.Errorf("repair: list the node's veths: %w (nothing changed)", err)
 	}
-	if o.Discover != nil && p.Cfg.Source == netconf.EC2 && (base.EC2 == nil || len(base.EC2.Addrs) == 0) {
+	if o.Discover != nil && p.Cfg.Provider == netconf.EC2 && (base.EC2 == nil || len(base.EC2.Addrs) == 0) {
 		msg, err := o.Discover(ctx, base)
 		if err != nil {
 			fmt.Fprintf(out, "repair: warning: the ec2 pool could not be read from IMDS (%v); `eni-cni warm` fills it later\n", err)
@@ -229,7 +229,7 @@ func (p *Plugin) Repair(ctx context.Context, store RepairStore, o RepairOptions,
 	}
 	now, boot := p.Mgr.Clock(), p.repairBoot()
 	in := repairInput{Network: p.Cfg.Network, Prefix: p.Cfg.VethPrefix, Base: base, Veths: veths, Sandboxes: o.Sandboxes, Now: now, Boot: boot}
-	if p.Cfg.Source == netconf.Static {
+	if p.Cfg.Provider == netconf.Static {
 		in.InPool = func(ip netip.Addr) bool { return p.Cfg.Pool.Contains(base, ip) }
 	} else {
 		in.ENIOf = func(ip netip.Addr) string { return eniOf(base, ip) }

@@ -141,7 +141,7 @@ func StatusOf(p *Plugin, path string, loadErr error) (StatusReport, error) {
 		r.Error = err.Error()
 		return r, err
 	}
-	r.Network, r.Source, r.StateDir = p.Cfg.Network, p.Cfg.Source, p.Cfg.StateDir
+	r.Network, r.Source, r.StateDir = p.Cfg.Network, p.Cfg.Provider, p.Cfg.StateDir
 	c, err := p.Status(context.Background())
 	if err != nil {
 		r.Error = err.Error()

@@ -14,8 +14,8 @@ import (
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2"
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
-	"github.com/eni-cni/eni-cni/ec2/pool"
 	"github.com/eni-cni/eni-cni/ec2/provider"
+	"github.com/eni-cni/eni-cni/ec2/section"
 	"github.com/eni-cni/eni-cni/netconf"
 )
 
@@ -41,7 +41,7 @@ func newEC2Plugin(t *testing.T, imdsURL string) (*Plugin, *alloc.DiskStore) {
 	}
 	p.Cfg = cfg
 	p.Mgr.Pool, p.Mgr.Store, p.Mgr.BootID = cfg.Pool, store, boot
-	src := provider.Source{Cfg: cfg, Mgr: p.Mgr, Full: ec2.InProcess{}}
+	src := provider.EC2{Cfg: cfg, Mgr: p.Mgr, Full: ec2.InProcess{}}
 	p.provider, p.Mgr.Admit = src, src.Admit
 	return p, store
 }
@@ -52,10 +52,10 @@ func seedPool(t *testing.T, p *Plugin, f *ec2fake.Server, bootID string, ips ...
 	t.Helper()
 	primary := f.PrimaryENI()
 	err := p.Mgr.Update(context.Background(), func(st *alloc.State) (bool, error) {
-		st.EC2 = &pool.EC2{InstanceID: f.Info().InstanceID, VerifiedBoot: bootID,
-			ENIs: []pool.ENI{{ID: primary.ID, MAC: primary.MAC, PrimaryIP: netip.MustParseAddr(primary.PrimaryIP)}}}
+		st.EC2 = &section.EC2{InstanceID: f.Info().InstanceID, VerifiedBoot: bootID,
+			ENIs: []section.ENI{{ID: primary.ID, MAC: primary.MAC, PrimaryIP: netip.MustParseAddr(primary.PrimaryIP)}}}
 		for _, ip := range ips {
-			st.EC2.Addrs = append(st.EC2.Addrs, pool.Addr{IP: netip.MustParseAddr(ip), ENI: primary.ID, Origin: pool.OriginAssigned})
+			st.EC2.Addrs = append(st.EC2.Addrs, section.Addr{IP: netip.MustParseAddr(ip), ENI: primary.ID, Origin: section.OriginAssigned})
 		}
 		return true, nil
 	})

@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/eni-cni/eni-cni/alloc"
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
 // How an ADD waits on a dry ec2 pool.
@@ -49,7 +49,7 @@ var ErrWithdrawn = errors.New("the attachment was deleted (DEL) while its ADD wa
 // at a time looks: in a burst on a dry pool the others go straight to
 // waiting, which costs them nothing, instead of each starting the full
 // build and reading IMDS.
-func (s Source) lookIMDS(ctx context.Context) int {
+func (s EC2) lookIMDS(ctx context.Context) int {
 	if d, ok := s.Mgr.Store.(interface{ Dir() string }); ok {
 		fl := flock.New(filepath.Join(d.Dir(), imdsLockName), flock.SetPermissions(0o600))
 		if ok, err := fl.TryLock(); err != nil || !ok {
@@ -120,7 +120,7 @@ type step struct {
 // reason: the node is full (with kubelet's maxPods for it), the last warm
 // pass failed (and why), the attachment was deleted meanwhile, or the time
 // is up. attrs are for the ADD's log line (none if it did not wait).
-func (s Source) Allocate(ctx context.Context, req alloc.Request) (alloc.Allocation, bool, *pool.EC2, []any, error) {
+func (s EC2) Allocate(ctx context.Context, req alloc.Request) (alloc.Allocation, bool, *section.EC2, []any, error) {
 	var res waitResult
 	start := s.clock()
 	until := start.Add(s.Cfg.AddWait)
@@ -135,9 +135,9 @@ func (s Source) Allocate(ctx context.Context, req alloc.Request) (alloc.Allocati
 	var mine *alloc.Demand
 	for first := true; ; {
 		var st step
-		var source *pool.EC2
+		var sec *section.EC2
 		err := s.Mgr.Update(ctx, func(state *alloc.State) (bool, error) {
-			source = state.EC2
+			sec = state.EC2
 			if mine != nil && state.FindDemand(req.Key) < 0 {
 				// Gone: a DEL withdrew it, and then this ADD must not take
 				// an address for the deleted sandbox, even if one is free
@@ -179,7 +179,7 @@ func (s Source) Allocate(ctx context.Context, req alloc.Request) (alloc.Allocati
 			return alloc.Allocation{}, false, nil, res.attrsIf(w), fmt.Errorf("allocate ip for %s: %w", req.Key, err)
 		case st.got:
 			res.waited = s.clock().Sub(start)
-			return st.a, st.existed, source, res.attrsIf(w), nil
+			return st.a, st.existed, sec, res.attrsIf(w), nil
 		case st.fail != nil:
 			res.waited = s.clock().Sub(start)
 			return alloc.Allocation{}, false, nil, res.attrsIf(w), st.fail
@@ -213,25 +213,25 @@ func (s Source) Allocate(ctx context.Context, req alloc.Request) (alloc.Allocati
 // must be saved.
 // record: the ADD has no demand in the store yet (or no longer: see
 // allocate).
-func (s Source) look(st *alloc.State, req alloc.Request, allocErr error, first, record bool, start, until time.Time, res waitResult) (step, bool) {
+func (s EC2) look(st *alloc.State, req alloc.Request, allocErr error, first, record bool, start, until time.Time, res waitResult) (step, bool) {
 	changed := false
-	src := st.EC2
-	if src == nil { // a node warm never described: no limits, no outcome
-		src = &pool.EC2{}
+	sec := st.EC2
+	if sec == nil { // a node warm never described: no limits, no outcome
+		sec = &section.EC2{}
 	}
 	now := s.clock()
 	cause := fmt.Errorf("allocate ip for %s: %w", req.Key, allocErr)
-	if reason := s.hopeless(st, src, now, start, until, first); reason != "" {
+	if reason := s.hopeless(st, sec, now, start, until, first); reason != "" {
 		return step{fail: fmt.Errorf("%w; %s", cause, reason)}, st.DropDemand(req.Key)
 	}
 	// (The demand itself expires at until: the time is up, not withdrawn.
 	// It may have been pruned from st already; the save writes it out.)
 	if !now.Before(until) {
 		st.DropDemand(req.Key)
-		return step{fail: fmt.Errorf("%w; %s", cause, s.timedOut(src, start, res))}, true
+		return step{fail: fmt.Errorf("%w; %s", cause, s.timedOut(sec, start, res))}, true
 	}
 	i := st.FindDemand(req.Key)
-	if first && src.InstanceID != "" && st.Waiting(now) == 0 && !res.lookedIMDS {
+	if first && sec.InstanceID != "" && st.Waiting(now) == 0 && !res.lookedIMDS {
 		// Addresses assigned by something else show in IMDS first. Not on
 		// a node warm never described (its pass discovers the instance
 		// anyway), nor when ADDs already wait (one of them looked).
@@ -250,12 +250,12 @@ func (s Source) look(st *alloc.State, req alloc.Request, allocErr error, first, 
 	}
 	out := step{next: nextLook(st, now, until), recorded: recorded}
 	// At the hard limit (waiting for a cooldown to end) warm cannot help.
-	if s.Warm != nil && !src.AtHardLimit(s.Cfg.Warm.MaxENIs) && needTrigger(st, src, now, s.passAlive(src)) {
+	if s.Warm != nil && !sec.AtHardLimit(s.Cfg.Warm.MaxENIs) && needTrigger(st, sec, now, s.passAlive(sec)) {
 		// A start that did not become a pass is not asked of systemd
 		// again: `systemctl start --no-block` succeeds though the unit then
 		// runs nothing (its start limit hit, its condition failing, its
 		// binary gone).
-		out.direct = startLost(st, src, now)
+		out.direct = startLost(st, sec, now)
 		st.Demands[i].TriggeredAt = now.UTC()
 		out.trigger, changed = true, true
 	}
@@ -263,11 +263,11 @@ func (s Source) look(st *alloc.State, req alloc.Request, allocErr error, first, 
 }
 
 // hopeless returns why waiting cannot help, or "".
-func (s Source) hopeless(st *alloc.State, src *pool.EC2, now, start, until time.Time, first bool) string {
-	if src.AtHardLimit(s.Cfg.Warm.MaxENIs) && !coolingEndsBy(st, now, until) {
-		return s.nodeFull(st, src)
+func (s EC2) hopeless(st *alloc.State, sec *section.EC2, now, start, until time.Time, first bool) string {
+	if sec.AtHardLimit(s.Cfg.Warm.MaxENIs) && !coolingEndsBy(st, now, until) {
+		return s.nodeFull(st, sec)
 	}
-	lp := src.LastPass
+	lp := sec.LastPass
 	if lp == nil {
 		return ""
 	}
@@ -279,7 +279,7 @@ func (s Source) hopeless(st *alloc.State, src *pool.EC2, now, start, until time.
 	switch {
 	case lp.Failed() && (ended || (first && !future && now.Sub(lp.At) < failFresh)):
 		return fmt.Sprintf("the warm pass of %s failed (%s); eni-cni warm retries on its timer", lp.At.Local().Format(time.TimeOnly), lp.Describe())
-	case lp.Result == pool.PassInstanceLimit && ended && !coolingEndsBy(st, now, until):
+	case lp.Result == section.PassInstanceLimit && ended && !coolingEndsBy(st, now, until):
 		return "warm could add no address: " + lp.Describe()
 	}
 	return ""
@@ -287,20 +287,20 @@ func (s Source) hopeless(st *alloc.State, src *pool.EC2, now, start, until time.
 
 // nodeFull is the message of a node at its hard limit: it cannot address
 // more pods, and kubelet's maxPods should say so to the scheduler.
-func (s Source) nodeFull(st *alloc.State, src *pool.EC2) string {
-	l := *src.Limits
+func (s EC2) nodeFull(st *alloc.State, sec *section.EC2) string {
+	l := *sec.Limits
 	pd, maxENIs := s.Cfg.Warm.PrefixDelegation, s.Cfg.Warm.MaxENIs
-	limit := fmt.Sprintf("all %d ENIs %s allows", l.ENILimit(maxENIs), src.InstanceType)
+	limit := fmt.Sprintf("all %d ENIs %s allows", l.ENILimit(maxENIs), sec.InstanceType)
 	if maxENIs > 0 && maxENIs < l.MaxENIs {
-		limit = fmt.Sprintf("all %d ENIs maxENIs allows (%s takes %d)", maxENIs, src.InstanceType, l.MaxENIs)
+		limit = fmt.Sprintf("all %d ENIs maxENIs allows (%s takes %d)", maxENIs, sec.InstanceType, l.MaxENIs)
 	}
 	return fmt.Sprintf("node is full: %s hold all the addresses they can (%d pod addresses, %d allocated); "+
 		"set kubelet's maxPods to %d for this instance type and configuration so that no more pods are scheduled here (eni-cni max-pods)",
-		limit, pool.PodAddresses(l, pd, maxENIs), len(st.Allocations), pool.MaxPods(l, pd, maxENIs))
+		limit, section.PodAddresses(l, pd, maxENIs), len(st.Allocations), section.MaxPods(l, pd, maxENIs))
 }
 
 // timedOut says why the wait ended without an address.
-func (s Source) timedOut(src *pool.EC2, start time.Time, res waitResult) string {
+func (s EC2) timedOut(sec *section.EC2, start time.Time, res waitResult) string {
 	msg := fmt.Sprintf("waited %s for eni-cni warm", s.Cfg.AddWait)
 	if res.trigger != "" {
 		msg += " (started as " + res.trigger + ")"
@@ -308,16 +308,16 @@ func (s Source) timedOut(src *pool.EC2, start time.Time, res waitResult) string 
 	if res.err != nil {
 		msg += "; starting it failed: " + res.err.Error()
 	}
-	if lp := src.LastPass; lp != nil && lp.At.After(start) {
+	if lp := sec.LastPass; lp != nil && lp.At.After(start) {
 		return msg + "; its last pass ended " + lp.Describe() + " but left no address for this pod (other pods took them)"
 	}
-	if src.PassPID > 0 && !src.PassStartedAt.IsZero() {
+	if sec.PassPID > 0 && !sec.PassStartedAt.IsZero() {
 		state := "still runs"
-		if !s.passAlive(src)(src.PassPID) {
+		if !s.passAlive(sec)(sec.PassPID) {
 			state = "died without an outcome"
 		}
 		return msg + fmt.Sprintf("; the pass that began at %s (pid %d) %s: check `eni-cni warm` and its log",
-			src.PassStartedAt.Local().Format(time.TimeOnly), src.PassPID, state)
+			sec.PassStartedAt.Local().Format(time.TimeOnly), sec.PassPID, state)
 	}
 	return msg + "; no pass finished meanwhile: check `eni-cni warm` and its log"
 }
@@ -327,16 +327,16 @@ func (s Source) timedOut(src *pool.EC2, start time.Time, res waitResult) string 
 // they still wait, or the pass started for them died (its process is gone:
 // killed, OOM), or the last start has not become a running pass. alive
 // reports whether a process is running.
-func needTrigger(st *alloc.State, src *pool.EC2, now time.Time, alive func(pid int) bool) bool {
+func needTrigger(st *alloc.State, sec *section.EC2, now time.Time, alive func(pid int) bool) bool {
 	last := lastTrigger(st, now)
 	switch {
 	case last.IsZero():
 		return true
-	case src.LastPass != nil && src.LastPass.At.After(last):
+	case sec.LastPass != nil && sec.LastPass.At.After(last):
 		return true
-	case !src.PassStartedAt.Before(last) && src.PassPID > 0 && !alive(src.PassPID):
+	case !sec.PassStartedAt.Before(last) && sec.PassPID > 0 && !alive(sec.PassPID):
 		return true // the pass started for them died without an outcome
-	case !src.PassStartedAt.Before(last) && now.Sub(src.PassStartedAt) < passStall:
+	case !sec.PassStartedAt.Before(last) && now.Sub(sec.PassStartedAt) < passStall:
 		return false // the pass started for them is running
 	}
 	return now.Sub(last) >= triggerTimeout
@@ -355,9 +355,9 @@ func lastTrigger(st *alloc.State, now time.Time) time.Time {
 
 // startLost reports whether the last start of a pass for the waiting ADDs
 // has become no pass at all: none marked itself running or ended since.
-func startLost(st *alloc.State, src *pool.EC2, now time.Time) bool {
+func startLost(st *alloc.State, sec *section.EC2, now time.Time) bool {
 	last := lastTrigger(st, now)
-	return !last.IsZero() && src.PassStartedAt.Before(last) && (src.LastPass == nil || !src.LastPass.At.After(last))
+	return !last.IsZero() && sec.PassStartedAt.Before(last) && (sec.LastPass == nil || !sec.LastPass.At.After(last))
 }
 
 // coolingEndsBy reports whether a cooling address becomes usable before t.
@@ -388,7 +388,7 @@ func nextLook(st *alloc.State, now, until time.Time) time.Time {
 // processAlive reports whether process pid runs: it exists (kill(pid, 0):
 // EPERM means it does, ESRCH that it is gone) and is not a zombie (a pass
 // killed while its parent, the ADD that started it, has not reaped it).
-func (s Source) processAlive(pid int) bool {
+func (s EC2) processAlive(pid int) bool {
 	if s.Alive != nil {
 		return s.Alive(pid)
 	}
@@ -398,7 +398,7 @@ func (s Source) processAlive(pid int) bool {
 	return !zombie(pid)
 }
 
-// passAlive returns whether a process runs the pass marked in src: pid
+// passAlive returns whether a process runs the pass marked in sec: pid
 // runs (processAlive) and began before the mark (a pass marks itself
 // running after it starts). A process that began after the mark was given
 // the PID of a pass that died since: PIDs wrap (pid_max is 32768 on many
@@ -409,16 +409,16 @@ func (s Source) processAlive(pid int) bool {
 // older (trusted, as before this check), one stepped forward may make a
 // running pass look new, which costs one more start that warm.lock turns
 // away.
-func (s Source) passAlive(src *pool.EC2) func(pid int) bool {
+func (s EC2) passAlive(sec *section.EC2) func(pid int) bool {
 	return func(pid int) bool {
 		if !s.processAlive(pid) {
 			return false
 		}
-		if s.Alive != nil || src.PassStartedAt.IsZero() {
+		if s.Alive != nil || sec.PassStartedAt.IsZero() {
 			return true
 		}
 		age, ok := processAge(pid)
-		return !ok || !time.Now().Add(-age).After(src.PassStartedAt.Add(passStartSlack))
+		return !ok || !time.Now().Add(-age).After(sec.PassStartedAt.Add(passStartSlack))
 	}
 }
 
@@ -462,7 +462,7 @@ func procStat(pid int) ([]string, bool) {
 	return strings.Fields(string(b[i+1:])), true
 }
 
-func (s Source) clock() time.Time {
+func (s EC2) clock() time.Time {
 	if s.Now != nil {
 		return s.Now()
 	}
@@ -470,6 +470,6 @@ func (s Source) clock() time.Time {
 }
 
 // exhausted explains an empty pool when ADD does not wait (addWaitSeconds 0).
-func (s Source) exhausted(err error) error {
+func (s EC2) exhausted(err error) error {
 	return fmt.Errorf("%w; IMDS lists no new addresses either: check that `eni-cni warm` runs (eni-cni-warm.timer) and its output", err)
 }

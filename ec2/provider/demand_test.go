@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 	"github.com/eni-cni/eni-cni/netconf"
 )
 
@@ -27,20 +27,20 @@ func TestNeedTrigger(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		ds   []alloc.Demand
-		src  pool.EC2
+		src  section.EC2
 		want bool
 	}{
-		{"nobody started one", []alloc.Demand{demand(0)}, pool.EC2{}, true},
-		{"started 1s ago, not running yet", []alloc.Demand{demand(-time.Second)}, pool.EC2{}, false},
-		{"started 6s ago, never ran", []alloc.Demand{demand(-6 * time.Second)}, pool.EC2{}, true},
-		{"running", []alloc.Demand{demand(-8 * time.Second)}, pool.EC2{PassStartedAt: now.Add(-7 * time.Second)}, false},
-		{"running for too long", []alloc.Demand{demand(-90 * time.Second)}, pool.EC2{PassStartedAt: now.Add(-89 * time.Second)}, true},
-		{"running, its process alive", []alloc.Demand{demand(-8 * time.Second)}, pool.EC2{PassStartedAt: now.Add(-7 * time.Second), PassPID: 100}, false},
-		{"its process died", []alloc.Demand{demand(-2 * time.Second)}, pool.EC2{PassStartedAt: now.Add(-time.Second), PassPID: 666}, true},
-		{"a died pass before the last start", []alloc.Demand{demand(-time.Second)}, pool.EC2{PassStartedAt: now.Add(-2 * time.Second), PassPID: 666}, false},
-		{"a pass ended since", []alloc.Demand{demand(-3 * time.Second)}, pool.EC2{LastPass: &pool.PassOutcome{At: now.Add(-time.Second)}}, true},
-		{"the pass ended before the start", []alloc.Demand{demand(-1 * time.Second)}, pool.EC2{LastPass: &pool.PassOutcome{At: now.Add(-2 * time.Second)}}, false},
-		{"the starter's demand expired", []alloc.Demand{{Key: k("a"), Until: now.Add(-time.Second), TriggeredAt: now.Add(-2 * time.Second)}, demand(0)}, pool.EC2{}, true},
+		{"nobody started one", []alloc.Demand{demand(0)}, section.EC2{}, true},
+		{"started 1s ago, not running yet", []alloc.Demand{demand(-time.Second)}, section.EC2{}, false},
+		{"started 6s ago, never ran", []alloc.Demand{demand(-6 * time.Second)}, section.EC2{}, true},
+		{"running", []alloc.Demand{demand(-8 * time.Second)}, section.EC2{PassStartedAt: now.Add(-7 * time.Second)}, false},
+		{"running for too long", []alloc.Demand{demand(-90 * time.Second)}, section.EC2{PassStartedAt: now.Add(-89 * time.Second)}, true},
+		{"running, its process alive", []alloc.Demand{demand(-8 * time.Second)}, section.EC2{PassStartedAt: now.Add(-7 * time.Second), PassPID: 100}, false},
+		{"its process died", []alloc.Demand{demand(-2 * time.Second)}, section.EC2{PassStartedAt: now.Add(-time.Second), PassPID: 666}, true},
+		{"a died pass before the last start", []alloc.Demand{demand(-time.Second)}, section.EC2{PassStartedAt: now.Add(-2 * time.Second), PassPID: 666}, false},
+		{"a pass ended since", []alloc.Demand{demand(-3 * time.Second)}, section.EC2{LastPass: &section.PassOutcome{At: now.Add(-time.Second)}}, true},
+		{"the pass ended before the start", []alloc.Demand{demand(-1 * time.Second)}, section.EC2{LastPass: &section.PassOutcome{At: now.Add(-2 * time.Second)}}, false},
+		{"the starter's demand expired", []alloc.Demand{{Key: k("a"), Until: now.Add(-time.Second), TriggeredAt: now.Add(-2 * time.Second)}, demand(0)}, section.EC2{}, true},
 	} {
 		st := &alloc.State{Demands: tc.ds}
 		if got := needTrigger(st, &tc.src, now, func(pid int) bool { return pid != 666 }); got != tc.want {
@@ -145,7 +145,7 @@ func TestProcessAliveZombie(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := cmd.Process.Pid
-	var s Source
+	var s EC2
 	if !s.processAlive(pid) {
 		t.Error("a running process is not alive")
 	}

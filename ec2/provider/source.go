@@ -16,18 +16,18 @@ import (
 	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 	"github.com/eni-cni/eni-cni/netconf"
 	"github.com/eni-cni/eni-cni/netsetup"
 	"github.com/eni-cni/eni-cni/netsetup/snat"
 )
 
-// Source hands out the ENI secondary addresses `eni-cni warm` put in the
+// EC2 hands out the ENI secondary addresses `eni-cni warm` put in the
 // store. ADD never calls EC2; it reads IMDS on the first allocation of a
 // boot (to check the store describes this instance), and when the pool is
 // empty it may read IMDS once, then starts a warm pass and waits for it
 // (demand.go).
-type Source struct {
+type EC2 struct {
 	Cfg  *netconf.Config
 	Mgr  *alloc.Manager
 	Full Full             // IMDS reads (through the full build in the lean build)
@@ -45,14 +45,14 @@ var ErrIdentityUnchecked = errors.New("the instance identity has not been checke
 
 // Admit is the allocator's Admit hook: no address of a store whose
 // instance this boot has not checked.
-func (s Source) Admit(st *alloc.State) error {
+func (s EC2) Admit(st *alloc.State) error {
 	if st.EC2 != nil && len(st.EC2.Addrs) > 0 && st.EC2.VerifiedBoot != s.Mgr.BootID {
 		return ErrIdentityUnchecked
 	}
 	return nil
 }
 
-func (s Source) eni(a alloc.Allocation, sec *pool.EC2) (pool.ENI, error) {
+func (s EC2) eni(a alloc.Allocation, sec *section.EC2) (section.ENI, error) {
 	e, ok := sec.ENI(a.ENI)
 	if !ok {
 		return e, fmt.Errorf("address %s belongs to %s, which the store does not describe", a.IP, a.ENI)
@@ -60,7 +60,7 @@ func (s Source) eni(a alloc.Allocation, sec *pool.EC2) (pool.ENI, error) {
 	return e, nil
 }
 
-func (s Source) Prepare(ctx context.Context, a alloc.Allocation, sec *pool.EC2) (netsetup.Routing, error) {
+func (s EC2) Prepare(ctx context.Context, a alloc.Allocation, sec *section.EC2) (netsetup.Routing, error) {
 	if err := s.ensureSNAT(ctx, sec); err != nil {
 		return netsetup.Routing{}, err
 	}
@@ -79,7 +79,7 @@ func (s Source) Prepare(ctx context.Context, a alloc.Allocation, sec *pool.EC2) 
 // warm pass has yet (the nat table does not survive a reboot, the store
 // does): a pod started then would otherwise reach the internet with its
 // own address. Later in the boot, warm keeps the chain in shape.
-func (s Source) ensureSNAT(ctx context.Context, sec *pool.EC2) error {
+func (s EC2) ensureSNAT(ctx context.Context, sec *section.EC2) error {
 	if !s.Cfg.SNAT || sec == nil || sec.SNATBoot == s.Mgr.BootID {
 		return nil
 	}
@@ -113,7 +113,7 @@ func MarkSNAT(ctx context.Context, mgr *alloc.Manager, on bool) error {
 // subnets of the ENIs eni-cni manages, less every address of those subnets
 // that is not a pod's (ENI primaries, excluded addresses, addresses on
 // unmanaged ENIs), rewritten to the primary ENI's address.
-func SNATSpec(sec *pool.EC2, exclude []netip.Prefix) (snat.Spec, error) {
+func SNATSpec(sec *section.EC2, exclude []netip.Prefix) (snat.Spec, error) {
 	primary, ok := sec.PrimaryENI()
 	if !ok {
 		return snat.Spec{}, fmt.Errorf("snat: no ENI discovered yet")
@@ -129,7 +129,7 @@ func SNATSpec(sec *pool.EC2, exclude []netip.Prefix) (snat.Spec, error) {
 		}
 	}
 	for _, a := range sec.Addrs {
-		if unmanaged[a.ENI] || pool.Excluded(exclude, a.IP) {
+		if unmanaged[a.ENI] || section.Excluded(exclude, a.IP) {
 			spec.NotPods = append(spec.NotPods, a.IP)
 		}
 	}
@@ -143,7 +143,7 @@ func SNATSpec(sec *pool.EC2, exclude []netip.Prefix) (snat.Spec, error) {
 	return spec, nil
 }
 
-func (s Source) Routing(a alloc.Allocation, sec *pool.EC2) (netsetup.Routing, error) {
+func (s EC2) Routing(a alloc.Allocation, sec *section.EC2) (netsetup.Routing, error) {
 	e, err := s.eni(a, sec)
 	if err != nil {
 		return netsetup.Routing{}, err
@@ -154,7 +154,7 @@ func (s Source) Routing(a alloc.Allocation, sec *pool.EC2) (netsetup.Routing, er
 // routingOf: a pod on a secondary ENI sends through that ENI; with SNAT,
 // only traffic to the VPC does, and the rest leaves through the primary ENI
 // under the node's address.
-func (s Source) routingOf(e pool.ENI) netsetup.Routing {
+func (s EC2) routingOf(e section.ENI) netsetup.Routing {
 	if e.Table() == 0 {
 		return netsetup.Routing{}
 	}
@@ -165,7 +165,7 @@ func (s Source) routingOf(e pool.ENI) netsetup.Routing {
 	return r
 }
 
-func (s Source) Refresh(ctx context.Context) (int, error) {
+func (s EC2) Refresh(ctx context.Context) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	r, err := s.Full.RefreshIMDS(ctx, s.Cfg, s.Mgr)
@@ -182,7 +182,7 @@ func (s Source) Refresh(ctx context.Context) (int, error) {
 // Dry, with addWaitSeconds 0 (ADD does not wait: see Allocate), looks at
 // IMDS once (addresses assigned by something else) and explains the empty
 // pool.
-func (s Source) Dry(ctx context.Context, req alloc.Request, cause error) (alloc.Allocation, bool, *pool.EC2, []any, error) {
+func (s EC2) Dry(ctx context.Context, req alloc.Request, cause error) (alloc.Allocation, bool, *section.EC2, []any, error) {
 	if n := s.lookIMDS(ctx); n > 0 {
 		a, existed, source, err := s.Mgr.AllocateWithSource(ctx, req)
 		if !errors.Is(err, alloc.ErrPoolExhausted) {
@@ -194,11 +194,11 @@ func (s Source) Dry(ctx context.Context, req alloc.Request, cause error) (alloc.
 }
 
 // Waits reports whether ADD waits for warm on a dry pool (Allocate).
-func (s Source) Waits() bool { return s.Cfg.AddWait > 0 }
+func (s EC2) Waits() bool { return s.Cfg.AddWait > 0 }
 
 // Ready: a pool with addresses can serve ADD; an empty one can if IMDS
 // answers (warm will fill it). Only an empty pool and no IMDS is a fault.
-func (s Source) Ready(ctx context.Context, st *alloc.State) error {
+func (s EC2) Ready(ctx context.Context, st *alloc.State) error {
 	if s.Cfg.Pool.Size(st) > 0 {
 		return nil
 	}

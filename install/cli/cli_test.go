@@ -62,7 +62,7 @@ func TestRenderEC2Conflist(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Source != netconf.EC2 || cfg.Warm.WarmIPTarget != 3 || cfg.Warm.MaxENIs != 2 || !cfg.Warm.PrefixDelegation || !cfg.SNAT || cfg.Network != "k8s-pods" || len(cfg.Warm.ExcludeIPs) != 2 {
+	if cfg.Provider != netconf.EC2 || cfg.Warm.WarmIPTarget != 3 || cfg.Warm.MaxENIs != 2 || !cfg.Warm.PrefixDelegation || !cfg.SNAT || cfg.Network != "k8s-pods" || len(cfg.Warm.ExcludeIPs) != 2 {
 		t.Errorf("parsed %+v", cfg)
 	}
 }

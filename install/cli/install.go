@@ -251,7 +251,7 @@ func (c *installCmd) afterSteps(in *install.Install, cfg *netconf.Config, out io
 	var steps []install.Step
 	bin := in.BinPath()
 	hostRoot := in.IsHostRoot()
-	if cfg.Source == netconf.EC2 {
+	if cfg.Provider == netconf.EC2 {
 		switch {
 		case hostRoot:
 			steps = append(steps, install.Step{Desc: "run `" + bin + " warm` once (fills the pool now, not at the first timer tick)", BestEffort: true,

@@ -21,7 +21,7 @@ import (
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/cmdline"
 	"github.com/eni-cni/eni-cni/ec2"
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 	"github.com/eni-cni/eni-cni/install"
 	"github.com/eni-cni/eni-cni/netconf"
 	"github.com/eni-cni/eni-cni/netsetup"
@@ -99,7 +99,7 @@ func readInstalledConfig(l *install.Layout) installedConfig {
 	} else if err == nil {
 		data, err = netconf.PluginConfFrom(data)
 	}
-	def := &netconf.Config{StateDir: netconf.DefaultStateDir, VethPrefix: netconf.DefaultVethPrefix, Source: netconf.EC2}
+	def := &netconf.Config{StateDir: netconf.DefaultStateDir, VethPrefix: netconf.DefaultVethPrefix, Provider: netconf.EC2}
 	if err != nil {
 		return installedConfig{cfg: def, note: "no eni-cni conflist found: using the defaults (state in " + netconf.DefaultStateDir + ")"}
 	}
@@ -361,10 +361,10 @@ func ec2ReportSteps(cfg *netconf.Config, st *alloc.State, out io.Writer) []insta
 	if st != nil && st.EC2 != nil {
 		instanceID, region = st.EC2.InstanceID, st.EC2.Region
 		if region == "" && st.EC2.AZ != "" {
-			region = (&pool.Instance{AZ: st.EC2.AZ}).Region()
+			region = (&section.Instance{AZ: st.EC2.AZ}).Region()
 		}
 	}
-	if cfg.Source != netconf.EC2 && instanceID == "" {
+	if cfg.Provider != netconf.EC2 && instanceID == "" {
 		return nil
 	}
 	return []install.Step{{Desc: "ENIs eni-cni created for this instance (tag " + ec2.TagInstanceID + "):", BestEffort: true,

@@ -14,7 +14,7 @@ import (
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2"
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
-	"github.com/eni-cni/eni-cni/ec2/pool"
+	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
 // ec2Calls is what the fake EC2 and IMDS served during one scenario.
@@ -52,12 +52,12 @@ type ec2Env struct {
 
 type noHost struct{}
 
-func (noHost) SetupENI(context.Context, pool.ENI) error { return nil }
-func (noHost) Reassert(context.Context, []pool.ENI, []alloc.Allocation) (ec2.HostReport, error) {
+func (noHost) SetupENI(context.Context, section.ENI) error { return nil }
+func (noHost) Reassert(context.Context, []section.ENI, []alloc.Allocation) (ec2.HostReport, error) {
 	return ec2.HostReport{}, nil
 }
 
-func newEC2Env(cfg ec2fake.Config, wc pool.WarmConfig) (*ec2Env, error) {
+func newEC2Env(cfg ec2fake.Config, wc section.WarmConfig) (*ec2Env, error) {
 	fake, err := ec2fake.New(cfg)
 	if err != nil {
 		return nil, err
@@ -150,7 +150,7 @@ const (
 // ec2Drift measures the EC2 calls of an hour that starts with one drift
 // event: an address unassigned, or an ENI detached, by someone else.
 func (b *bench) ec2Drift(ctx context.Context) error {
-	idle, err := newEC2Env(ec2fake.Config{InstanceType: "m5.large"}, pool.WarmConfig{WarmIPTarget: 5, TrimAfter: 5 * time.Minute})
+	idle, err := newEC2Env(ec2fake.Config{InstanceType: "m5.large"}, section.WarmConfig{WarmIPTarget: 5, TrimAfter: 5 * time.Minute})
 	if err != nil {
 		return err
 	}
@@ -169,7 +169,7 @@ func (b *bench) ec2Drift(ctx context.Context) error {
 	}
 	b.res.EC2 = append(b.res.EC2, idle.take(scenarioUnassig, t0, p0, 0))
 
-	two, err := newEC2Env(ec2fake.Config{InstanceType: "m5.large"}, pool.WarmConfig{WarmIPTarget: 12, TrimAfter: 5 * time.Minute})
+	two, err := newEC2Env(ec2fake.Config{InstanceType: "m5.large"}, section.WarmConfig{WarmIPTarget: 12, TrimAfter: 5 * time.Minute})
 	if err != nil {
 		return err
 	}
@@ -209,7 +209,7 @@ func (b *bench) phaseEC2(ctx context.Context) error {
 			}
 		}()
 	}
-	wc := pool.WarmConfig{WarmIPTarget: 5, Tags: map[string]string{"team": "net"}}
+	wc := section.WarmConfig{WarmIPTarget: 5, Tags: map[string]string{"team": "net"}}
 	e, err := newEC2Env(ec2fake.Config{InstanceType: "m5.large"}, wc)
 	if err != nil {
 		return err
@@ -227,7 +227,7 @@ func (b *bench) phaseEC2(ctx context.Context) error {
 	}
 	b.res.EC2 = append(b.res.EC2, e.take(fmt.Sprintf("1 h of warm every 30 s after the fill (%d pods)", got), t0, p0, got))
 
-	idle, err := newEC2Env(ec2fake.Config{InstanceType: "m5.large"}, pool.WarmConfig{WarmIPTarget: 5})
+	idle, err := newEC2Env(ec2fake.Config{InstanceType: "m5.large"}, section.WarmConfig{WarmIPTarget: 5})
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package pool
+package section
 
 // Slots is how many secondary addresses (or /28 prefixes) one ENI can take:
 // every IPv4 slot of the type but the one of the ENI's primary address.

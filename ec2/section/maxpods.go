@@ -1,4 +1,4 @@
-package pool
+package section
 
 // Pod density, as the AWS VPC CNI's max-pods-calculator.sh computes it, so
 // that a node moved from the VPC CNI to eni-cni keeps its kubelet maxPods.

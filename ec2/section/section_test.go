@@ -1,4 +1,4 @@
-package pool
+package section
 
 import (
 	"net/netip"

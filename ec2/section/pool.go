@@ -1,10 +1,10 @@
-// Package pool is the ec2 source's part of the store: the typed EC2
+// Package section is the EC2 provider's part of the store: the typed EC2
 // section of the state file (the instance, its ENIs and limits, the pool
 // with the origin of each address, tombstones, pending ENIs) and the pure
 // logic that folds what IMDS lists into it. It has no AWS SDK and no other
 // eni-cni import, so the store (alloc) can carry the section and the CNI hot
 // path can read it.
-package pool
+package section
 
 import (
 	"net/netip"
