@@ -56,7 +56,7 @@ test-daemonset: build
 test-kubelet: build
 	bash scripts/e2e/kubelet.sh --phases "$(or $(KUBELET_PHASES),static ec2)" $(CURDIR)/$(BIN)
 
-# The README's kubeadm quick start, for real: kubeadm init (images built
+# The kubeadm quick start (docs/quickstart-kubeadm.md), for real: kubeadm init (images built
 # offline), eni-cni install, node Ready, kubectl run/delete, kubeadm reset, in
 # private mount and network namespaces. Builds kubeadm, the control plane,
 # kube-proxy, etcd and CoreDNS and packs their images once (deps-kubeadm:
