@@ -56,7 +56,7 @@ test-daemonset: build
 test-kubelet: build
 	bash scripts/e2e/kubelet.sh --phases "$(or $(KUBELET_PHASES),static ec2)" $(CURDIR)/$(BIN)
 
-# The README's kubeadm quick start, for real: kubeadm init (images built
+# The kubeadm quick start (docs/quickstart-kubeadm.md), for real: kubeadm init (images built
 # offline), eni-cni install, node Ready, kubectl run/delete, kubeadm reset, in
 # private mount and network namespaces. Builds kubeadm, the control plane,
 # kube-proxy, etcd and CoreDNS and packs their images once (deps-kubeadm:
@@ -85,7 +85,7 @@ STRESS_DURATION ?= 10m
 stress: build
 	ENI_CNI_BIN=$(CURDIR)/$(BIN) ENI_CNI_STRESS=$(STRESS_DURATION) $(GO) test -count=1 -p 1 -timeout 0 -run '^TestStress$$' -v ./integration/
 
-# eni-cni vs ptp+host-local in throwaway namespaces; table on stdout and in BENCHMARKS.md, details in _out/bench/. Root. BENCH_FLAGS=-quick for a short run.
+# eni-cni vs ptp+host-local in throwaway namespaces; table on stdout and in docs/BENCHMARKS.md, details in _out/bench/. Root. BENCH_FLAGS=-quick for a short run.
 # BENCH_FLAGS='-only kubelet' runs only the kubelet burst (a real kubelet + containerd; builds kubelet once).
 bench: build
 	$(GO) run ./scripts/bench -eni-cni $(BIN) -tools $(ENI_CNI_TOOLS) -go $(GO) $(BENCH_FLAGS)

@@ -23,7 +23,7 @@ import (
 var fullBinary []byte
 
 // fullDigest is the sha256 of fullBinary, computed by `make build`. The
-// cached copy on disk must have it (fullexec verifies it on every run); the
+// cached copy on disk must have it (hashed once per file and boot); the
 // embedded bytes themselves are part of this binary, which root installed.
 //
 //go:embed embedded/eni-cni-full.sha256

@@ -290,12 +290,13 @@ func assertNoFiles(t *testing.T, dir string) {
 	})
 }
 
-// Caching a new build removes the copies of other builds, their markers and
-// temporary files of runs that died; a live run's temporary file stays.
+// Caching a new build removes the copies of other builds, their markers,
+// records and temporary files of runs that died; a live run's temporary file stays.
 func TestOtherBuildsRemoved(t *testing.T) {
 	b, dir := selfBuild(t), cacheDirIn(t)
 	mkdir(t, dir, 0o700)
-	old := []string{filePrefix + "0123456789abcdef", ".noexec-0123456789abcdef", "." + filePrefix + b.short() + "-999999999"}
+	old := []string{filePrefix + "0123456789abcdef", ".noexec-0123456789abcdef", ".verified-0123456789abcdef",
+		"." + filePrefix + b.short() + "-999999999", "." + filePrefix + b.short() + ".verified-999999999"}
 	live := "." + filePrefix + "fedcba9876543210-1" // PID 1 runs
 	for _, n := range append(old, live) {
 		if err := os.WriteFile(filepath.Join(dir, n), []byte("x"), 0o700); err != nil {

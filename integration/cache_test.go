@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // The shipped (lean) binary runs gc and warm through its embedded full
@@ -104,6 +105,52 @@ func TestFullBuildCache(t *testing.T) {
 	}
 	if err := syscall.Lstat(file, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG {
 		t.Errorf("the planted symlink was not replaced by the build: %v, mode %o", err, st.Mode)
+	}
+}
+
+// TestFullBuildCacheRecord: once the cached build is older than the
+// racy window, a run hashes it and records that beside it (root's, 0600);
+// a later change in place that keeps the size and mtime still gets the
+// copy replaced, never run.
+func TestFullBuildCacheRecord(t *testing.T) {
+	requireLean(t)
+	n := newNode(t)
+	nw := newNetwork(t, n, "1.0.0", []string{"10.99.0.0/28"}, nil)
+	warmStatic(t, nw, nil)
+	builds := cachedBuilds(t, nw)
+	if len(builds) != 1 {
+		t.Fatalf("cached builds %v, want one", builds)
+	}
+	file := builds[0]
+	record := filepath.Join(filepath.Dir(file), ".verified-"+strings.TrimPrefix(filepath.Base(file), "eni-cni-full-"))
+	time.Sleep(2100 * time.Millisecond) // fullexec's racyWindow, 2 s
+	warmStatic(t, nw, nil)
+	var st syscall.Stat_t
+	if err := syscall.Lstat(record, &st); err != nil || st.Mode&0o7777 != 0o600 || st.Uid != 0 {
+		t.Fatalf("record %s: %v, mode %o uid %d; want root's, 0600", record, err, st.Mode, st.Uid)
+	}
+	if err := syscall.Lstat(file, &st); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(file, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("damaged"), st.Size/2); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	times := []syscall.Timespec{st.Atim, st.Mtim}
+	if err := syscall.UtimesNano(file, times); err != nil {
+		t.Fatal(err)
+	}
+	warmStatic(t, nw, nil)
+	var after syscall.Stat_t
+	if err := syscall.Lstat(file, &after); err != nil || after.Ino == st.Ino {
+		t.Errorf("the copy changed in place was kept (inode %d -> %d, %v)", st.Ino, after.Ino, err)
+	}
+	if sum := fileDigest(t, file); !strings.HasSuffix(file, sum[:16]) {
+		t.Errorf("%s has digest %s after the run", file, sum)
 	}
 }
 

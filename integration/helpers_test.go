@@ -570,7 +570,7 @@ type listed struct {
 	AllocatedAt  time.Time `json:"allocatedAt"`
 }
 
-// listFields are the allocation fields README.md (Commands) promises in `list`.
+// listFields are the allocation fields docs/operations.md (Commands) promises in `list`.
 var listFields = []string{"network", "containerID", "ifname", "ip", "podNamespace", "podName", "podUID", "hostVeth", "eni", "allocatedAt"}
 
 // list runs `eni-cni list --json --config F` on the node and checks every

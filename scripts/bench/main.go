@@ -16,7 +16,7 @@
 // pprof CPU profile of the ADD code path, and bursts of static pods through
 // a real kubelet and containerd (scripts/e2e/kubelet.sh --bench; alone with
 // -only kubelet). Results: a table on stdout, and samples.csv,
-// results.json, table.txt, the profiles and BENCHMARKS.md.
+// results.json, table.txt, the profiles and docs/BENCHMARKS.md.
 //
 // Run as root from the repository root: go run ./scripts/bench -h
 package main
@@ -80,7 +80,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.tools, "tools", tools, "tools root of scripts/install-test-deps.sh; reference plugins in <tools>/bin")
 	fs.StringVar(&c.repo, "repo", ".", "repository root (for scripts/install-test-deps.sh and the perf build)")
 	fs.StringVar(&c.out, "out", "_out/bench", "output directory (samples, profiles, table)")
-	fs.StringVar(&c.md, "md", "BENCHMARKS.md", "markdown report to write (empty: none)")
+	fs.StringVar(&c.md, "md", "docs/BENCHMARKS.md", "markdown report to write (empty: none)")
 	fs.StringVar(&c.workRoot, "work-root", "/var/tmp", "where the throwaway state dirs go (a disk-backed filesystem, like /var/lib)")
 	fs.StringVar(&c.goCmd, "go", "go", "go command (builds the trivial binary and the perf copy, runs pprof)")
 	fs.BoolVar(&c.install, "install", true, "run scripts/install-test-deps.sh first (installs ptp, host-local, ...)")

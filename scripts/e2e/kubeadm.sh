@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# kubeadm suite: the README's kubeadm quick start, run for real on this
+# kubeadm suite: the kubeadm quick start (docs/quickstart-kubeadm.md), run for real on this
 # machine, offline: `kubeadm init` with no other CNI brings up a one-node
 # control plane (etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler as static pods, from images built offline by
