@@ -47,6 +47,9 @@ const DefaultMark uint32 = 0x80
 // CNI's own choice for the same rule.
 const RulePriority = 1024
 
+// ErrNoLink reports a primary ENI whose MAC no link of the node carries.
+var ErrNoLink = errors.New("no link with the primary ENI's MAC")
+
 const comment = "eni-cni: replies of connections that entered the primary ENI leave by it"
 
 // Spec is what Ensure sets up.
@@ -190,6 +193,8 @@ func holds(ipt *iptables.IPTables, want [][]string) (bool, error) {
 
 // Present reports whether any of it is on the node (the chain, or a fwmark
 // rule at RulePriority): uninstall says what it will remove before it does.
+// Without iptables on the node there is no chain to find (eni-cni made it
+// with iptables), only perhaps the rule.
 func Present() (bool, error) {
 	rules, err := ourRules()
 	if err != nil || len(rules) > 0 {
@@ -197,7 +202,7 @@ func Present() (bool, error) {
 	}
 	ipt, err := iptables.NewWithProtocol(iptables.ProtocolIPv4)
 	if err != nil {
-		return false, fmt.Errorf("iptables: %w", err)
+		return false, nil
 	}
 	exists, err := ipt.ChainExists("mangle", Chain)
 	if err != nil {
@@ -208,28 +213,33 @@ func Present() (bool, error) {
 
 // Remove takes the jump, the chain and the fwmark rule away. rp_filter is
 // left loose: what it was before is not known, and loose is what the
-// secondary ENIs have anyway. Nothing to remove is no error, and no change.
+// secondary ENIs have anyway. Nothing to remove is no error, and no change;
+// without iptables only the rule can be there.
 func Remove() (changed bool, err error) {
+	chain, cerr := removeChain()
+	n, rerr := removeRules()
+	return chain || n > 0, errors.Join(cerr, rerr)
+}
+
+func removeChain() (bool, error) {
 	ipt, err := iptables.NewWithProtocol(iptables.ProtocolIPv4)
 	if err != nil {
-		return false, fmt.Errorf("iptables: %w", err)
+		return false, nil // no iptables, no chain of ours
 	}
-	var errs []error
-	if exists, err := ipt.ChainExists("mangle", Chain); err != nil {
-		errs = append(errs, fmt.Errorf("look for chain %s: %w", Chain, err))
-	} else if exists {
-		// DeleteIfExists: a jump without its chain cannot exist (iptables
-		// refuses it), a chain without its jump can (half an uninstall).
-		if err := ipt.DeleteIfExists("mangle", "PREROUTING", jump...); err != nil {
-			errs = append(errs, fmt.Errorf("delete the PREROUTING jump: %w", err))
-		} else if err := ipt.ClearAndDeleteChain("mangle", Chain); err != nil {
-			errs = append(errs, fmt.Errorf("delete chain %s: %w", Chain, err))
-		}
-		changed = true
-	}
-	n, err := removeRules()
+	exists, err := ipt.ChainExists("mangle", Chain)
 	if err != nil {
-		errs = append(errs, err)
+		return false, fmt.Errorf("look for chain %s: %w", Chain, err)
 	}
-	return changed || n > 0, errors.Join(errs...)
+	if !exists {
+		return false, nil
+	}
+	// DeleteIfExists: a jump without its chain cannot exist (iptables
+	// refuses it), a chain without its jump can (half an uninstall).
+	if err := ipt.DeleteIfExists("mangle", "PREROUTING", jump...); err != nil {
+		return true, fmt.Errorf("delete the PREROUTING jump: %w", err)
+	}
+	if err := ipt.ClearAndDeleteChain("mangle", Chain); err != nil {
+		return true, fmt.Errorf("delete chain %s: %w", Chain, err)
+	}
+	return true, nil
 }

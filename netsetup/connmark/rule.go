@@ -113,6 +113,3 @@ func linkNameByMAC(mac string) (string, error) {
 	}
 	return "", fmt.Errorf("%w %s", ErrNoLink, mac)
 }
-
-// ErrNoLink reports a primary ENI whose MAC no link of the node carries.
-var ErrNoLink = errors.New("no link with the primary ENI's MAC")
