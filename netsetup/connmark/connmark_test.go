@@ -219,3 +219,28 @@ func nodeNS(t *testing.T) ns.NetNS {
 	t.Cleanup(func() { node.Close(); testutils.UnmountNS(node) })
 	return node
 }
+
+// TestRemoveWithoutIptables: a node whose iptables went away can only
+// hold the rule; Present sees it and Remove takes it without an error.
+func TestRemoveWithoutIptables(t *testing.T) {
+	node := nodeNS(t)
+	t.Setenv("PATH", t.TempDir())
+	err := node.Do(func(ns.NetNS) error {
+		if err := netlink.RuleAdd(fwmarkRule(DefaultMark)); err != nil {
+			t.Fatal(err)
+		}
+		if p, err := Present(); err != nil || !p {
+			t.Errorf("present=%v err=%v", p, err)
+		}
+		if changed, err := Remove(); err != nil || !changed {
+			t.Errorf("Remove: changed %v, err %v", changed, err)
+		}
+		if p, err := Present(); err != nil || p {
+			t.Errorf("after Remove: present=%v err=%v", p, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
