@@ -109,17 +109,34 @@ func Ensure(s Spec) (changed []string, err error) {
 	if err != nil {
 		return changed, err
 	}
-	if ok, err := ensureRule(s.mark()); err != nil {
-		return changed, err
-	} else if ok {
-		changed = append(changed, fmt.Sprintf("ip rule fwmark %#x/%#x lookup main", s.mark(), s.mark()))
-	}
 	if ok, err := ensureLooseRPFilter(primary); err != nil {
 		return changed, err
 	} else if ok {
 		changed = append(changed, "loose rp_filter on "+primary)
 	}
+	// The rule last: EnsureOnce takes it as the sign that all the rest
+	// was done.
+	if ok, err := ensureRule(s.mark()); err != nil {
+		return changed, err
+	} else if ok {
+		changed = append(changed, fmt.Sprintf("ip rule fwmark %#x/%#x lookup main", s.mark(), s.mark()))
+	}
 	return changed, nil
+}
+
+// EnsureOnce is Ensure for the first ADD of a boot: when the fwmark rule is
+// there (Ensure writes it last, and nothing of this survives a reboot) it
+// returns after one rule dump, without running iptables. Keeping the rest
+// in shape is warm's every-pass Ensure.
+func EnsureOnce(s Spec) (changed []string, err error) {
+	rules, err := ourRules()
+	if err != nil {
+		return nil, err
+	}
+	if hasRule(rules, s.mark()) {
+		return nil, nil
+	}
+	return Ensure(s)
 }
 
 // ensureChain makes the mangle chain hold exactly want and PREROUTING jump

@@ -244,3 +244,27 @@ func TestRemoveWithoutIptables(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestEnsureOnce: the first call does all of Ensure; later ones only look
+// for the rule, so they neither run iptables nor repair (warm does).
+func TestEnsureOnce(t *testing.T) {
+	node := nodeNS(t)
+	spec := Spec{PrimaryMAC: testMAC, VethPrefix: "eni"}
+	err := node.Do(func(ns.NetNS) error {
+		primaryLink(t, "ens5")
+		run(t, "sysctl", "-qw", "net.ipv4.conf.ens5.rp_filter=1")
+		if changed, err := EnsureOnce(spec); err != nil || len(changed) != 4 {
+			t.Fatalf("first EnsureOnce: changed %q, err %v", changed, err)
+		}
+		assertClean(t, spec, "after EnsureOnce")
+		run(t, "iptables", "-t", "mangle", "-F", Chain)
+		t.Setenv("PATH", t.TempDir()) // no iptables to run
+		if changed, err := EnsureOnce(spec); err != nil || len(changed) != 0 {
+			t.Errorf("second EnsureOnce: changed %q, err %v; want nothing done", changed, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
