@@ -207,7 +207,7 @@ func kubeProxyRules(t *testing.T, en *ec2Node, node netip.Addr, onPrimary, onSec
 	dnat := func(bin string, port uint16, a ec2Pod, match ...string) {
 		t.Helper()
 		args := append([]string{"-A", "PREROUTING"}, match...)
-		args = append(args, "-p", "tcp", "--dport", itoa(port), "-j", "DNAT", "--to-destination", netip.AddrPortFrom(a.ip, podPort).String())
+		args = append(args, "-p", "tcp", "--dport", strconv.Itoa(int(port)), "-j", "DNAT", "--to-destination", netip.AddrPortFrom(a.ip, podPort).String())
 		nat(bin, args...)
 	}
 	toNode := []string{"-d", node.String()}
@@ -235,5 +235,3 @@ func kubeProxyRules(t *testing.T, en *ec2Node, node netip.Addr, onPrimary, onSec
 	dnat("iptables-legacy", 30082, onSecondary, toNode...)
 	return append(cases, nodePortCase{name: "NodePort (iptables-legacy) to the secondary ENI's pod", to: at(node, 30082), pod: onSecondary, viaNode: true, secondary: true})
 }
-
-func itoa(n uint16) string { return strconv.Itoa(int(n)) }

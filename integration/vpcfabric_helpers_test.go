@@ -72,9 +72,9 @@ func (f *vpcFabric) clientLink(t *testing.T) {
 	}
 	subnet := netip.MustParsePrefix(fabricClientNet)
 	gw := subnet.Addr().Next()
-	up(t, f.rh, "client", netip.PrefixFrom(gw, subnet.Bits()))
-	up(t, ch, "lo", netip.Prefix{})
-	up(t, ch, "cl0", netip.PrefixFrom(f.clientIP, subnet.Bits()))
+	linkUp(t, f.rh, "client", netip.PrefixFrom(gw, subnet.Bits()))
+	linkUp(t, ch, "lo", netip.Prefix{})
+	linkUp(t, ch, "cl0", netip.PrefixFrom(f.clientIP, subnet.Bits()))
 	if err := ch.LinkSetMTU(linkIn(t, ch, "cl0"), fabricMTU); err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func (f *vpcFabric) setupPort(t *testing.T, port string, e ec2fake.ENI) {
 	if err := f.rh.LinkSetMTU(linkIn(t, f.rh, port), fabricMTU); err != nil {
 		t.Fatalf("router: mtu of %s: %v", port, err)
 	}
-	up(t, f.rh, port, netip.PrefixFrom(subnet.Addr().Next(), 32))
+	linkUp(t, f.rh, port, netip.PrefixFrom(subnet.Addr().Next(), 32))
 	sysctls(t, f.en.vpc.path(), "net.ipv4.conf."+port+".rp_filter=0")
 	chain := srcCheckChain(port)
 	f.iptables(t, "-t", "raw", "-N", chain)
@@ -317,8 +317,8 @@ func linkIn(t *testing.T, h *netlink.Handle, name string) netlink.Link {
 	return l
 }
 
-// up sets the link up with addr on it (none if addr is not valid).
-func up(t *testing.T, h *netlink.Handle, name string, addr netip.Prefix) {
+// linkUp sets the link up with addr on it (none if addr is not valid).
+func linkUp(t *testing.T, h *netlink.Handle, name string, addr netip.Prefix) {
 	t.Helper()
 	l := linkIn(t, h, name)
 	if addr.IsValid() {
