@@ -1,0 +1,53 @@
+package connmark
+
+import (
+	"fmt"
+
+	"github.com/coreos/go-iptables/iptables"
+)
+
+// Check lists what the node lacks of Spec, in words for `eni-cni doctor`
+// (nothing when all is in place). It changes nothing. An error means it
+// could not look, not that something is missing.
+func Check(s Spec) (missing []string, err error) {
+	if err := s.valid(); err != nil {
+		return nil, err
+	}
+	primary, err := linkNameByMAC(s.PrimaryMAC)
+	if err != nil {
+		return nil, err
+	}
+	ipt, err := iptables.NewWithProtocol(iptables.ProtocolIPv4)
+	if err != nil {
+		return nil, fmt.Errorf("iptables: %w", err)
+	}
+	exists, err := ipt.ChainExists("mangle", Chain)
+	if err != nil {
+		return nil, fmt.Errorf("look for chain %s: %w", Chain, err)
+	}
+	if !exists {
+		missing = append(missing, "iptables mangle chain "+Chain)
+	} else {
+		if ok, err := holds(ipt, Rules(s, primary)); err != nil {
+			return nil, err
+		} else if !ok {
+			missing = append(missing, fmt.Sprintf("the rules of %s for %s and %s+", Chain, primary, s.VethPrefix))
+		}
+		if ok, err := ipt.Exists("mangle", "PREROUTING", jump...); err != nil {
+			return nil, fmt.Errorf("look for the PREROUTING jump: %w", err)
+		} else if !ok {
+			missing = append(missing, "the jump to "+Chain+" from mangle PREROUTING")
+		}
+	}
+	rules, err := ourRules()
+	if err != nil {
+		return nil, err
+	}
+	if m := s.mark(); !hasRule(rules, m) {
+		missing = append(missing, fmt.Sprintf("ip rule %d: fwmark %#x/%#x lookup main", RulePriority, m, m))
+	}
+	if v := rpFilter(primary); v != "2" {
+		missing = append(missing, fmt.Sprintf("loose rp_filter on %s (is %s)", primary, v))
+	}
+	return missing, nil
+}

@@ -1,0 +1,270 @@
+package connmark
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/vishvananda/netlink"
+)
+
+const testMAC = "02:00:0a:61:00:0a"
+
+func TestRulesUseTheMarkAndThePrefix(t *testing.T) {
+	got := Rules(Spec{PrimaryMAC: testMAC, VethPrefix: "eni"}, "ens5")
+	set, restore := strings.Join(got[0], " "), strings.Join(got[1], " ")
+	if !strings.HasPrefix(set, "-i ens5 -m addrtype --dst-type LOCAL --limit-iface-in") || !strings.HasSuffix(set, "--set-xmark 0x80/0x80") {
+		t.Errorf("set rule: %s", set)
+	}
+	if !strings.HasPrefix(restore, "-i eni+ ") || !strings.HasSuffix(restore, "--restore-mark --nfmask 0x80 --ctmask 0x80") {
+		t.Errorf("restore rule: %s", restore)
+	}
+	other := Rules(Spec{PrimaryMAC: testMAC, VethPrefix: "cali", Mark: 0x200}, "eth0")
+	if !slices.Contains(other[0], "0x200/0x200") || !slices.Contains(other[1], "cali+") || !slices.Contains(other[1], "0x200") {
+		t.Errorf("custom mark and prefix: %q", other)
+	}
+}
+
+func TestEnsureRefusesMissingFacts(t *testing.T) {
+	for name, s := range map[string]Spec{
+		"no primary MAC": {VethPrefix: "eni"},
+		"no veth prefix": {PrimaryMAC: testMAC},
+	} {
+		if _, err := Ensure(s); err == nil {
+			t.Errorf("Ensure with %s accepted", name)
+		}
+		if _, err := Check(s); err == nil {
+			t.Errorf("Check with %s accepted", name)
+		}
+	}
+}
+
+// TestEnsureIdempotentRepairsAndRemoves: Ensure makes the chain, the jump,
+// the rule and loose rp_filter; a second Ensure changes nothing; each piece
+// taken away is reported by Check and put back by Ensure; Remove takes all
+// of it (and nothing else) away, twice is fine.
+func TestEnsureIdempotentRepairsAndRemoves(t *testing.T) {
+	node := nodeNS(t)
+	spec := Spec{PrimaryMAC: testMAC, VethPrefix: "eni"}
+	err := node.Do(func(ns.NetNS) error {
+		primaryLink(t, "ens5")
+		run(t, "sysctl", "-qw", "net.ipv4.conf.ens5.rp_filter=1")
+		run(t, "iptables", "-t", "mangle", "-A", "PREROUTING", "-i", "ens5", "-j", "MARK", "--set-mark", "0x4000")
+		if p, err := Present(); err != nil || p {
+			t.Fatalf("fresh namespace: present=%v err=%v", p, err)
+		}
+		if miss, err := Check(spec); err != nil || len(miss) != 3 {
+			t.Errorf("Check before Ensure: %q, %v; want chain, rule, rp_filter", miss, err)
+		}
+		changed, err := Ensure(spec)
+		if err != nil || len(changed) != 4 {
+			t.Fatalf("first Ensure: changed %q, err %v; want chain, jump, rule, rp_filter", changed, err)
+		}
+		first := run(t, "iptables", "-t", "mangle", "-S")
+		for _, want := range []string{"-N " + Chain, "-A PREROUTING -m comment", "-j " + Chain,
+			"-A " + Chain + " -i ens5 -m addrtype --dst-type LOCAL --limit-iface-in", "--set-xmark 0x80/0x80",
+			"-A " + Chain + " -i eni+", "--restore-mark --nfmask 0x80 --ctmask 0x80"} {
+			if !strings.Contains(first, want) {
+				t.Errorf("mangle table lacks %q:\n%s", want, first)
+			}
+		}
+		if i, j := strings.Index(first, "-j "+Chain), strings.Index(first, "--set-xmark 0x4000"); i < 0 || j < 0 || i > j {
+			t.Errorf("the jump is not first in PREROUTING:\n%s", first)
+		}
+		wantRule := "1024:\tfrom all fwmark 0x80/0x80 lookup main"
+		if r := run(t, "ip", "-4", "rule"); !strings.Contains(r, wantRule) {
+			t.Errorf("ip rule lacks %q:\n%s", wantRule, r)
+		}
+		assertClean(t, spec, "after Ensure")
+		if changed, err := Ensure(spec); err != nil || len(changed) != 0 {
+			t.Errorf("second Ensure: changed %q, err %v", changed, err)
+		}
+		if now := run(t, "iptables", "-t", "mangle", "-S"); now != first {
+			t.Errorf("second Ensure changed the table:\n%s", now)
+		}
+		for _, c := range []struct {
+			what, want string
+			args       []string
+		}{
+			{"flushed chain", "chain", []string{"iptables", "-t", "mangle", "-F", Chain}},
+			{"lost jump", "jump", []string{"iptables", "-t", "mangle", "-D", "PREROUTING", "-m", "comment", "--comment", comment, "-j", Chain}},
+			{"extra rule", "chain", []string{"iptables", "-t", "mangle", "-A", Chain, "-j", "RETURN"}},
+			{"lost ip rule", "ip rule", []string{"ip", "rule", "del", "priority", "1024"}},
+			{"strict rp_filter", "rp_filter", []string{"sysctl", "-qw", "net.ipv4.conf.ens5.rp_filter=1"}},
+		} {
+			run(t, c.args...)
+			if miss, err := Check(spec); err != nil || len(miss) != 1 {
+				t.Errorf("%s: Check says %q, %v; want one thing missing", c.what, miss, err)
+			}
+			if changed, err := Ensure(spec); err != nil || len(changed) != 1 || !strings.Contains(changed[0], c.want) {
+				t.Errorf("%s: Ensure changed %q, err %v; want %s put back", c.what, changed, err, c.want)
+			}
+			assertClean(t, spec, "after repairing a "+c.what)
+		}
+		if strings.Count(run(t, "iptables", "-t", "mangle", "-S", "PREROUTING"), "-j "+Chain) != 1 {
+			t.Errorf("jump duplicated:\n%s", run(t, "iptables", "-t", "mangle", "-S", "PREROUTING"))
+		}
+		if p, err := Present(); err != nil || !p {
+			t.Errorf("after Ensure: present=%v err=%v", p, err)
+		}
+		for i := range 2 {
+			changed, err := Remove()
+			if err != nil || changed != (i == 0) {
+				t.Errorf("Remove #%d: changed %v, err %v", i+1, changed, err)
+			}
+			m, r := run(t, "iptables", "-t", "mangle", "-S"), run(t, "ip", "-4", "rule")
+			if strings.Contains(m, Chain) || strings.Contains(r, "fwmark") || !strings.Contains(m, "--set-xmark 0x4000") {
+				t.Errorf("after Remove: ours left or another's taken:\n%s\n%s", m, r)
+			}
+		}
+		if p, err := Present(); err != nil || p {
+			t.Errorf("after Remove: present=%v err=%v", p, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRemoveTakesAHalfRemovedSetup: a chain without its jump (an uninstall
+// cut short) and a fwmark rule of another mark still go.
+func TestRemoveTakesAHalfRemovedSetup(t *testing.T) {
+	node := nodeNS(t)
+	err := node.Do(func(ns.NetNS) error {
+		run(t, "iptables", "-t", "mangle", "-N", Chain)
+		run(t, "iptables", "-t", "mangle", "-A", Chain, "-j", "RETURN")
+		run(t, "ip", "rule", "add", "priority", "1024", "fwmark", "0x100/0x100", "lookup", "main")
+		run(t, "ip", "rule", "add", "priority", "1024", "from", "10.9.0.1", "lookup", "main") // not ours
+		if p, err := Present(); err != nil || !p {
+			t.Errorf("present=%v err=%v", p, err)
+		}
+		if changed, err := Remove(); err != nil || !changed {
+			t.Errorf("Remove: changed %v, err %v", changed, err)
+		}
+		r := run(t, "ip", "-4", "rule")
+		if strings.Contains(run(t, "iptables", "-t", "mangle", "-S"), Chain) || strings.Contains(r, "fwmark") || !strings.Contains(r, "from 10.9.0.1") {
+			t.Errorf("after Remove:\n%s", r)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEnsureWithoutThePrimaryLink(t *testing.T) {
+	node := nodeNS(t)
+	err := node.Do(func(ns.NetNS) error {
+		_, err := Ensure(Spec{PrimaryMAC: testMAC, VethPrefix: "eni"})
+		if err == nil || !strings.Contains(err.Error(), testMAC) {
+			t.Errorf("Ensure without a link carrying %s: %v", testMAC, err)
+		}
+		if strings.Contains(run(t, "iptables", "-t", "mangle", "-S"), Chain) {
+			t.Error("Ensure without the primary link made the chain")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func assertClean(t *testing.T, s Spec, when string) {
+	t.Helper()
+	if miss, err := Check(s); err != nil || len(miss) != 0 {
+		t.Errorf("Check %s: %q, %v", when, miss, err)
+	}
+}
+
+// primaryLink makes a veth pair in the current namespace, one end named
+// name with testMAC (this kernel has no dummy links).
+func primaryLink(t *testing.T, name string) {
+	t.Helper()
+	mac, _ := net.ParseMAC(testMAC)
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name, HardwareAddr: mac}, PeerName: name + "p"}
+	if err := netlink.LinkAdd(veth); err != nil {
+		t.Fatalf("create %s: %v", name, err)
+	}
+}
+
+func run(t *testing.T, argv ...string) string {
+	t.Helper()
+	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %v %s", argv, err, out)
+	}
+	return string(out)
+}
+
+// nodeNS is a network namespace for the test's rules (skips without root;
+// fails without iptables, which make test installs).
+func nodeNS(t *testing.T) ns.NetNS {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: iptables and ip rules in a network namespace")
+	}
+	if _, err := exec.LookPath("iptables"); err != nil {
+		t.Fatal("iptables not installed (scripts/install-test-deps.sh)")
+	}
+	node, err := testutils.NewNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { node.Close(); testutils.UnmountNS(node) })
+	return node
+}
+
+// TestRemoveWithoutIptables: a node whose iptables went away can only
+// hold the rule; Present sees it and Remove takes it without an error.
+func TestRemoveWithoutIptables(t *testing.T) {
+	node := nodeNS(t)
+	t.Setenv("PATH", t.TempDir())
+	err := node.Do(func(ns.NetNS) error {
+		if err := netlink.RuleAdd(fwmarkRule(DefaultMark)); err != nil {
+			t.Fatal(err)
+		}
+		if p, err := Present(); err != nil || !p {
+			t.Errorf("present=%v err=%v", p, err)
+		}
+		if changed, err := Remove(); err != nil || !changed {
+			t.Errorf("Remove: changed %v, err %v", changed, err)
+		}
+		if p, err := Present(); err != nil || p {
+			t.Errorf("after Remove: present=%v err=%v", p, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestEnsureOnce: the first call does all of Ensure; later ones only look
+// for the rule, so they neither run iptables nor repair (warm does).
+func TestEnsureOnce(t *testing.T) {
+	node := nodeNS(t)
+	spec := Spec{PrimaryMAC: testMAC, VethPrefix: "eni"}
+	err := node.Do(func(ns.NetNS) error {
+		primaryLink(t, "ens5")
+		run(t, "sysctl", "-qw", "net.ipv4.conf.ens5.rp_filter=1")
+		if changed, err := EnsureOnce(spec); err != nil || len(changed) != 4 {
+			t.Fatalf("first EnsureOnce: changed %q, err %v", changed, err)
+		}
+		assertClean(t, spec, "after EnsureOnce")
+		run(t, "iptables", "-t", "mangle", "-F", Chain)
+		t.Setenv("PATH", t.TempDir()) // no iptables to run
+		if changed, err := EnsureOnce(spec); err != nil || len(changed) != 0 {
+			t.Errorf("second EnsureOnce: changed %q, err %v; want nothing done", changed, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
