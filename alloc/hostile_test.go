@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/gofrs/flock"
+
+	"github.com/eni-cni/eni-cni/atomicfile"
 )
 
 // Hostile and broken state directories: every case ends in a clear error
@@ -208,13 +210,13 @@ func (f failingFile) Write(p []byte) (int, error) { return 0, f.err }
 func TestSaveWriteErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		create func(dir, pattern string) (tempFile, error)
+		create func(dir, pattern string) (atomicfile.File, error)
 	}{
-		{"disk full on write", func(dir, pattern string) (tempFile, error) {
+		{"disk full on write", func(dir, pattern string) (atomicfile.File, error) {
 			f, err := os.CreateTemp(dir, pattern)
 			return failingFile{f, syscall.ENOSPC}, err
 		}},
-		{"read-only file system", func(dir, pattern string) (tempFile, error) {
+		{"read-only file system", func(dir, pattern string) (atomicfile.File, error) {
 			return nil, &fs.PathError{Op: "open", Path: filepath.Join(dir, pattern), Err: syscall.EROFS}
 		}},
 	} {
@@ -226,7 +228,7 @@ func TestSaveWriteErrors(t *testing.T) {
 				t.Fatal(err)
 			}
 			before, _ := os.ReadFile(filepath.Join(dir, StateFileName))
-			m.Store.(*DiskStore).createTemp = tc.create
+			m.Store.(*DiskStore).save.CreateTemp = tc.create
 			_, _, err := m.Allocate(ctx, req("second"))
 			if !errors.Is(err, ErrIO) || !strings.Contains(err.Error(), StateFileName) {
 				t.Fatalf("err = %v, want ErrIO naming the state file", err)

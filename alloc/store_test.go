@@ -157,26 +157,6 @@ func TestDiskStoreSaveFailureLeavesNoTemp(t *testing.T) {
 	}
 }
 
-func TestWriteFileAtomicCleansUp(t *testing.T) {
-	dir := t.TempDir()
-	s, err := NewDiskStore(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "f")
-	if err := s.writeFileAtomic(path, []byte("one")); err != nil {
-		t.Fatal(err)
-	}
-	// A directory where the file should go makes the rename fail.
-	bad := filepath.Join(dir, "d")
-	os.Mkdir(bad, 0o700)
-	os.WriteFile(filepath.Join(bad, "x"), nil, 0o600)
-	if err := s.writeFileAtomic(bad, []byte("two")); err == nil {
-		t.Fatal("rename over a non-empty directory succeeded")
-	}
-	assertNoTempFiles(t, dir)
-}
-
 // TestConcurrentGoroutines uses one DiskStore per goroutine: each has its
 // own open file description, so flock excludes them as it would processes.
 func TestConcurrentGoroutines(t *testing.T) {
