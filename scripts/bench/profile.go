@@ -27,6 +27,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/atomicfile"
 	"github.com/eni-cni/eni-cni/netsetup"
 )
 
@@ -659,37 +660,17 @@ func kernelFloors(podPath, dir string, reps, stateSize int) []floorRow {
 	return rows
 }
 
+// atomicWrite is the state file's save (atomicfile) or, without sync,
+// the same steps without the two fsyncs, to show what they cost.
 func atomicWrite(path string, data []byte, sync bool) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
 	if sync {
-		if err := f.Sync(); err != nil {
-			f.Close()
-			return err
-		}
+		return atomicfile.WriteFile(path, data, 0o600)
 	}
-	if err := f.Close(); err != nil {
+	tmp := path + ".tmp-nosync"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
 		return err
 	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	if !sync {
-		return nil
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return os.Rename(tmp, path)
 }
 
 // commShare is comm's percentage of all samples in a `--sort comm` report.
