@@ -246,14 +246,12 @@ func (d *DiskStore) Load() (*State, error) {
 	path := d.Path()
 	data, err := d.ReadRaw()
 	if errors.Is(err, fs.ErrNotExist) {
-		st := NewState("")
-		st.missing = true
-		return st, nil
+		return MissingState(), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read state %s: %w", path, err)
 	}
-	st, err := decodeState(data)
+	st, err := DecodeState(data)
 	if err != nil {
 		return nil, fmt.Errorf("read state %s: %w", path, err)
 	}
@@ -370,7 +368,7 @@ func (d *DiskStore) Save(st *State) error {
 	if d.readOnly {
 		return fmt.Errorf("save state %s: %w", d.Path(), ErrReadOnly)
 	}
-	data, err := encodeState(st)
+	data, err := EncodeState(st)
 	if err != nil {
 		return fmt.Errorf("encode state: %w", err)
 	}
@@ -435,7 +433,7 @@ func (m *MemStore) Load() (*State, error) {
 		st.missing = true
 		return st, nil
 	}
-	return decodeState(m.data)
+	return DecodeState(m.data)
 }
 
 func (m *MemStore) Save(st *State) error {
@@ -444,7 +442,7 @@ func (m *MemStore) Save(st *State) error {
 			return err
 		}
 	}
-	data, err := encodeState(st)
+	data, err := EncodeState(st)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package alloc
+package alloc_test
 
 import (
 	"bytes"
@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	. "github.com/eni-cni/eni-cni/alloc"
 )
 
 func newDiskManager(t *testing.T, dir, pool string) *Manager {
@@ -289,18 +291,18 @@ func TestSetAsideKeepsTheStateFile(t *testing.T) {
 		}
 	}
 	cp := filepath.Join(dir, "copy")
-	if err := copyAside(d.Path(), cp); err != nil {
+	if err := CopyAside(d.Path(), cp); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := os.ReadFile(cp); !bytes.Equal(got, bad) {
 		t.Errorf("copy: %q", got)
 	}
-	if err := copyAside(d.Path(), cp); !errors.Is(err, fs.ErrExist) {
+	if err := CopyAside(d.Path(), cp); !errors.Is(err, fs.ErrExist) {
 		t.Errorf("copy over an existing file: %v, want ErrExist", err)
 	}
 	link := filepath.Join(dir, "link")
 	os.Symlink(d.Path(), link)
-	if err := copyAside(link, filepath.Join(dir, "copy2")); err == nil {
+	if err := CopyAside(link, filepath.Join(dir, "copy2")); err == nil {
 		t.Error("copied through a symlink")
 	}
 	if _, err := os.Lstat(filepath.Join(dir, "copy2")); err == nil {
