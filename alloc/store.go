@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -390,72 +389,4 @@ func (d *DiskStore) CleanTemp() {
 			os.Remove(filepath.Join(d.dir, e.Name()))
 		}
 	}
-}
-
-// MemStore is an in-memory Store for tests. It round-trips through the same
-// encoding as DiskStore so tests see what the disk would hold.
-type MemStore struct {
-	wake   memWake
-	mu     sync.Mutex
-	held   chan struct{}
-	data   []byte
-	Saves  int
-	SaveFn func(*State) error // optional failure injection
-}
-
-func NewMemStore() *MemStore {
-	return &MemStore{held: make(chan struct{}, 1)}
-}
-
-func (m *MemStore) Lock(ctx context.Context) error {
-	select {
-	case m.held <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("lock memstore: %w", ErrLockTimeout)
-	}
-}
-
-func (m *MemStore) Unlock() error {
-	select {
-	case <-m.held:
-		return nil
-	default:
-		return errors.New("unlock memstore: not locked")
-	}
-}
-
-func (m *MemStore) Load() (*State, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.data == nil {
-		st := NewState("")
-		st.missing = true
-		return st, nil
-	}
-	return DecodeState(m.data)
-}
-
-func (m *MemStore) Save(st *State) error {
-	if m.SaveFn != nil {
-		if err := m.SaveFn(st); err != nil {
-			return err
-		}
-	}
-	data, err := EncodeState(st)
-	if err != nil {
-		return err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.data = data
-	m.Saves++
-	return nil
-}
-
-// Bytes returns what the store holds, for byte-for-byte comparisons.
-func (m *MemStore) Bytes() []byte {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return append([]byte(nil), m.data...)
 }
