@@ -13,6 +13,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/alloc/allocfake"
 	"github.com/eni-cni/eni-cni/gc"
 	"github.com/eni-cni/eni-cni/netsetup"
 )
@@ -20,7 +21,7 @@ import (
 // lostNode is a node whose state was lost: the fake kernel still wires two
 // pods of the pool (10.99.0.0/24) and one of another network, the store is
 // empty.
-func lostNode(t *testing.T) (*plugin, *fakeWire, *alloc.MemStore) {
+func lostNode(t *testing.T) (*plugin, *fakeWire, *allocfake.Store) {
 	t.Helper()
 	p, w, s := newTestPlugin(t, "10.99.0.0/24")
 	w.wired[netsetup.HostVethName("eni", "live1", "eth0")] = netip.MustParseAddr("10.99.0.1")
@@ -83,12 +84,12 @@ func TestNewNodeStartsEmpty(t *testing.T) {
 func TestDelWithUnusableStore(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		store func(*alloc.MemStore) alloc.Store
+		store func(*allocfake.Store) alloc.Store
 	}{
-		{"corrupt", func(s *alloc.MemStore) alloc.Store { return failingStore{s, alloc.ErrCorrupt} }},
-		{"newer version", func(s *alloc.MemStore) alloc.Store { return failingStore{s, alloc.ErrUnsupportedVersion} }},
-		{"untrusted", func(s *alloc.MemStore) alloc.Store { return failingStore{s, alloc.ErrInsecure} }},
-		{"lost", func(s *alloc.MemStore) alloc.Store { return s }},
+		{"corrupt", func(s *allocfake.Store) alloc.Store { return failingStore{s, alloc.ErrCorrupt} }},
+		{"newer version", func(s *allocfake.Store) alloc.Store { return failingStore{s, alloc.ErrUnsupportedVersion} }},
+		{"untrusted", func(s *allocfake.Store) alloc.Store { return failingStore{s, alloc.ErrInsecure} }},
+		{"lost", func(s *allocfake.Store) alloc.Store { return s }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, w, s := lostNode(t)
@@ -127,7 +128,7 @@ func TestDelWithUnusableStore(t *testing.T) {
 
 // failingStore fails every Load with err.
 type failingStore struct {
-	*alloc.MemStore
+	*allocfake.Store
 	err error
 }
 
@@ -158,7 +159,7 @@ func TestAddRouteTakenGivesAddressBack(t *testing.T) {
 // two conflists with the same stateDir make them: "pods" (10.99.0.0/24)
 // has no pods, "blue" (10.98.0.0/24) has two live pods whose records were
 // lost with the file.
-func sharedPlugins(t *testing.T) (pods, blue *plugin, w *fakeWire, s *alloc.MemStore) {
+func sharedPlugins(t *testing.T) (pods, blue *plugin, w *fakeWire, s *allocfake.Store) {
 	t.Helper()
 	pods, w, s = newTestPlugin(t, "10.99.0.0/24")
 	cfg, err := parseConfig([]byte(`{"cniVersion":"1.0.0","name":"blue","pool":{"source":"static","ranges":["10.98.0.0/24"]}}`))

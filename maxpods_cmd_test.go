@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/alloc/allocfake"
 	"github.com/eni-cni/eni-cni/ec2"
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
 	"github.com/eni-cni/eni-cni/ec2/pool"
@@ -111,7 +112,7 @@ func TestMaxPodsThisNodeWithConfig(t *testing.T) {
 // With the limits cached in the store (warm fetched them), max-pods needs
 // neither IMDS nor EC2.
 func TestMaxPodsFromStore(t *testing.T) {
-	st := alloc.NewMemStore()
+	st := allocfake.NewStore()
 	s := alloc.NewState("b")
 	s.EC2 = &pool.EC2{InstanceID: "i-1", InstanceType: "c5.18xlarge", Limits: &pool.Limits{MaxENIs: 15, IPv4PerENI: 50, VCPUs: 72}}
 	st.Save(s)
