@@ -1,4 +1,4 @@
-package alloc
+package alloc_test
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/alloc/allocfake"
 	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
@@ -30,10 +32,10 @@ func mustRanges(t *testing.T, s ...string) Ranges {
 	return rs
 }
 
-func newManager(t *testing.T, pool string) (*Manager, *MemStore, *clock) {
+func newManager(t *testing.T, pool string) (*Manager, *allocfake.Store, *clock) {
 	t.Helper()
 	c := newClock()
-	s := NewMemStore()
+	s := allocfake.NewStore()
 	return &Manager{Store: s, Pool: mustRanges(t, pool), BootID: "boot-1", Cooldown: 30 * time.Second, Now: c.Now}, s, c
 }
 
@@ -209,7 +211,7 @@ func TestNewBootDropsAllocationsNotPool(t *testing.T) {
 }
 
 func TestFirstBootKeepsState(t *testing.T) {
-	s := NewMemStore()
+	s := allocfake.NewStore()
 	st := NewState("")
 	st.Allocations = append(st.Allocations, Allocation{Key: key("a"), IP: netip.MustParseAddr("10.0.0.1")})
 	s.Save(st)
@@ -252,7 +254,7 @@ func TestSaveFailureKeepsOldState(t *testing.T) {
 	}
 }
 
-func TestConcurrentAllocateMemStore(t *testing.T) {
+func TestConcurrentAllocateFakeStore(t *testing.T) {
 	m, _, _ := newManager(t, "10.0.0.1-10.0.0.40")
 	m.LockTimeout = 5 * time.Second
 	var wg sync.WaitGroup
@@ -309,7 +311,7 @@ func TestReleaseAll(t *testing.T) {
 // TestSavePrunesTombstonesAndStampsVersion: every save drops expired
 // tombstones and writes the current schema version; a read saves nothing.
 func TestSavePrunesTombstonesAndStampsVersion(t *testing.T) {
-	s := NewMemStore()
+	s := allocfake.NewStore()
 	now := time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
 	m := &Manager{Store: s, Pool: StoredPool{}, BootID: "b", Now: func() time.Time { return now }}
 	ctx := context.Background()

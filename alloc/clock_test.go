@@ -1,4 +1,4 @@
-package alloc
+package alloc_test
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	. "github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/alloc/allocfake"
 )
 
 // clocks are a wall clock and a boot clock that tests move separately: the
@@ -25,10 +28,10 @@ func newClocks() *clocks {
 }
 func (c *clocks) manager(m *Manager) *Manager { m.Now, m.Boot = c.Now, c.Boot; return m }
 
-func newClockedManager(t *testing.T, pool string) (*Manager, *MemStore, *clocks) {
+func newClockedManager(t *testing.T, pool string) (*Manager, *allocfake.Store, *clocks) {
 	t.Helper()
 	c := newClocks()
-	s := NewMemStore()
+	s := allocfake.NewStore()
 	return c.manager(&Manager{Store: s, Pool: mustRanges(t, pool), BootID: "boot-1", Cooldown: 30 * time.Second}), s, c
 }
 
@@ -70,7 +73,7 @@ func TestCooldownAndAgeIgnoreWallClockSteps(t *testing.T) {
 // allocations get the age the wall clock gives.
 func TestLegacyStampsWithoutBootClock(t *testing.T) {
 	clk := newClocks()
-	s := NewMemStore()
+	s := allocfake.NewStore()
 	old := NewState("boot-1")
 	old.Allocations = []Allocation{{Key: key("old"), IP: netip.MustParseAddr("10.0.0.1"), HostVeth: "eniold", AllocatedAt: clk.wall.Add(-700 * time.Second)}}
 	// 10.0.0.2 was written before the clock stepped back a day: "until" is

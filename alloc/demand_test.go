@@ -1,4 +1,4 @@
-package alloc
+package alloc_test
 
 import (
 	"bytes"
@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	. "github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/alloc/allocfake"
 )
 
 // addDemand records a demand of cid lasting d, as a waiting ADD does.
@@ -23,7 +26,7 @@ func addDemand(t *testing.T, m *Manager, c *clock, cid string, d time.Duration) 
 	}
 }
 
-func demands(t *testing.T, s *MemStore) []Demand {
+func demands(t *testing.T, s *allocfake.Store) []Demand {
 	t.Helper()
 	st, err := s.Load()
 	if err != nil {
@@ -107,7 +110,7 @@ func TestNewBootDropsDemands(t *testing.T) {
 }
 
 func TestDemandWithEmptyKeyIsCorrupt(t *testing.T) {
-	_, err := decodeState([]byte(`{"version":1,"bootID":"b","allocations":[],"cooling":[],"demands":[{"network":"pods","containerID":"","ifname":"eth0"}]}`))
+	_, err := DecodeState([]byte(`{"version":1,"bootID":"b","allocations":[],"cooling":[],"demands":[{"network":"pods","containerID":"","ifname":"eth0"}]}`))
 	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "demand 0") {
 		t.Errorf("demand without container ID: %v, want ErrCorrupt naming it", err)
 	}

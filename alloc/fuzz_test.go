@@ -1,9 +1,11 @@
-package alloc
+package alloc_test
 
 import (
 	"bytes"
 	"errors"
 	"testing"
+
+	. "github.com/eni-cni/eni-cni/alloc"
 )
 
 // FuzzDecodeState: any bytes either decode into a state that keeps the
@@ -13,34 +15,34 @@ import (
 // passes validation (repair saves it). Seeds: testdata/fuzz/FuzzDecodeState.
 func FuzzDecodeState(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
-		st, err := decodeState(data)
+		st, err := DecodeState(data)
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrUnsupportedVersion) {
 				t.Fatalf("error is neither corrupt nor unsupported: %v", err)
 			}
 		} else {
-			if err := st.validate(); err != nil {
+			if err := st.Validate(); err != nil {
 				t.Fatalf("decoded state does not validate: %v", err)
 			}
-			enc, err := encodeState(st)
+			enc, err := EncodeState(st)
 			if err != nil {
 				t.Fatalf("encode a decoded state: %v", err)
 			}
-			again, err := decodeState(enc)
+			again, err := DecodeState(enc)
 			if err != nil {
 				t.Fatalf("re-decode: %v\n%s", err, enc)
 			}
-			enc2, _ := encodeState(again)
+			enc2, _ := EncodeState(again)
 			if !bytes.Equal(enc, enc2) {
 				t.Fatalf("round trip changed the state:\n%s\n%s", enc, enc2)
 			}
 		}
 		salvaged, _ := Salvage(data)
 		salvaged.Version = SchemaVersion
-		if err := salvaged.validate(); err != nil {
+		if err := salvaged.Validate(); err != nil {
 			t.Fatalf("salvaged state does not validate: %v", err)
 		}
-		if _, err := encodeState(salvaged); err != nil {
+		if _, err := EncodeState(salvaged); err != nil {
 			t.Fatalf("encode salvaged: %v", err)
 		}
 	})

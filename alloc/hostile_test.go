@@ -1,4 +1,4 @@
-package alloc
+package alloc_test
 
 import (
 	"bytes"
@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"github.com/gofrs/flock"
+
+	. "github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/atomicfile"
 )
 
 // Hostile and broken state directories: every case ends in a clear error
@@ -24,7 +27,7 @@ func validState(t *testing.T) []byte {
 	t.Helper()
 	st := NewState("boot-1")
 	st.Allocations = []Allocation{{Key: key("live"), IP: netip.MustParseAddr("10.0.0.7"), HostVeth: "enilive"}}
-	b, err := encodeState(st)
+	b, err := EncodeState(st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +188,7 @@ func TestStateFileTooLarge(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, StateFileName)
 	f, _ := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600)
-	f.Truncate(maxStateSize + 1) // sparse: costs nothing on disk
+	f.Truncate(MaxStateSize + 1) // sparse: costs nothing on disk
 	f.Close()
 	m := newDiskManager(t, dir, "10.0.0.0/24")
 	_, _, err := m.Allocate(context.Background(), req("a"))
@@ -208,13 +211,13 @@ func (f failingFile) Write(p []byte) (int, error) { return 0, f.err }
 func TestSaveWriteErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		create func(dir, pattern string) (tempFile, error)
+		create func(dir, pattern string) (atomicfile.File, error)
 	}{
-		{"disk full on write", func(dir, pattern string) (tempFile, error) {
+		{"disk full on write", func(dir, pattern string) (atomicfile.File, error) {
 			f, err := os.CreateTemp(dir, pattern)
 			return failingFile{f, syscall.ENOSPC}, err
 		}},
-		{"read-only file system", func(dir, pattern string) (tempFile, error) {
+		{"read-only file system", func(dir, pattern string) (atomicfile.File, error) {
 			return nil, &fs.PathError{Op: "open", Path: filepath.Join(dir, pattern), Err: syscall.EROFS}
 		}},
 	} {
@@ -226,7 +229,7 @@ func TestSaveWriteErrors(t *testing.T) {
 				t.Fatal(err)
 			}
 			before, _ := os.ReadFile(filepath.Join(dir, StateFileName))
-			m.Store.(*DiskStore).createTemp = tc.create
+			m.Store.(*DiskStore).SetCreateTemp(tc.create)
 			_, _, err := m.Allocate(ctx, req("second"))
 			if !errors.Is(err, ErrIO) || !strings.Contains(err.Error(), StateFileName) {
 				t.Fatalf("err = %v, want ErrIO naming the state file", err)
@@ -264,11 +267,11 @@ func TestLockHoldersParse(t *testing.T) {
 4: FLOCK  ADVISORY  WRITE 77 08:01:99 0 EOF
 5: FLOCK  ADVISORY  WRITE 555 fd:10:131090 0 EOF
 `)
-	got := lockHolders(locks, 8, 1, 131090)
+	got := LockHolders(locks, 8, 1, 131090)
 	if len(got) != 1 || got[0] != 1234 {
 		t.Errorf("holders %v, want [1234] (not the waiter, not other files)", got)
 	}
-	if got := lockHolders(locks, 0xfd, 0x10, 131090); len(got) != 1 || got[0] != 555 {
+	if got := LockHolders(locks, 0xfd, 0x10, 131090); len(got) != 1 || got[0] != 555 {
 		t.Errorf("hex device numbers: %v, want [555]", got)
 	}
 }

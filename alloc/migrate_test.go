@@ -1,4 +1,4 @@
-package alloc
+package alloc_test
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	. "github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/alloc/allocfake"
 	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
@@ -25,7 +27,7 @@ const fixtures = "../testdata/state"
 // migration and an on-disk fixture of the version it replaces fail.
 func TestEveryEarlierVersionMigrates(t *testing.T) {
 	for v := 1; v < SchemaVersion; v++ {
-		if migrations[v] == nil {
+		if Migrations[v] == nil {
 			t.Errorf("no migration from version %d", v)
 		}
 		if m, _ := filepath.Glob(filepath.Join(fixtures, fmt.Sprintf("v%d-*.json", v))); len(m) == 0 {
@@ -155,8 +157,8 @@ func TestMigratedStillServes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := NewMemStore()
-	m.data = orig
+	m := allocfake.NewStore()
+	m.SetBytes(orig)
 	mgr := &Manager{Store: m, Pool: StoredPool{}, BootID: "0f6d3c1e-8a9b-4c2d-9e7f-1a2b3c4d5e6f"}
 	st, c, err := mgr.Snapshot(t.Context())
 	if err != nil {
@@ -185,7 +187,7 @@ func TestMigrateRejectsBrokenV1(t *testing.T) {
 		"bad pool address":     `{"version":1,"allocations":[],"pool":[{"ip":"10.0.0.300","eni":"eni-1"}]}`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := decodeState([]byte(content)); err == nil || !strings.Contains(err.Error(), "corrupt") {
+			if _, err := DecodeState([]byte(content)); err == nil || !strings.Contains(err.Error(), "corrupt") {
 				t.Errorf("err = %v, want a corrupt-file error", err)
 			}
 		})

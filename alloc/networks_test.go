@@ -1,4 +1,4 @@
-package alloc
+package alloc_test
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	. "github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/alloc/allocfake"
 )
 
 // lossProbe stands in for the plugin's stateLost: it records what it was
@@ -29,9 +32,9 @@ func (p *lossProbe) check(st *State) error {
 // sharedManagers are two networks' managers on one store, as two conflists
 // with the same stateDir make them: "pods" has no pods on the node, "blue"
 // has live pods whose records were lost with the file.
-func sharedManagers(t *testing.T) (pods, blue *Manager, bp *lossProbe, s *MemStore) {
+func sharedManagers(t *testing.T) (pods, blue *Manager, bp *lossProbe, s *allocfake.Store) {
 	t.Helper()
-	s = NewMemStore()
+	s = allocfake.NewStore()
 	c := newClock()
 	pp, bp := &lossProbe{}, &lossProbe{livePods: true}
 	pods = &Manager{Store: s, Pool: mustRanges(t, "10.0.0.0/24"), BootID: "boot-1", Cooldown: 30 * time.Second, Now: c.Now,
@@ -45,7 +48,7 @@ func blueKey(cid string) Key { return Key{Network: "blue", ContainerID: cid, IfN
 
 // assertBlueRefused: every path of blue that reads the store asks whether
 // its state was lost, and refuses; nothing is saved.
-func assertBlueRefused(t *testing.T, blue *Manager, bp *lossProbe, s *MemStore) {
+func assertBlueRefused(t *testing.T, blue *Manager, bp *lossProbe, s *allocfake.Store) {
 	t.Helper()
 	ctx := context.Background()
 	saves, asked := s.Saves, bp.asked
@@ -175,8 +178,8 @@ func TestLookupsDoNotSave(t *testing.T) {
 // and the network that writes it are recorded by the first save.
 func TestPreNetworksStoreNotLost(t *testing.T) {
 	ctx := context.Background()
-	s := NewMemStore()
-	s.data = []byte(`{"version":2,"bootID":"boot-1","allocations":[{"network":"blue","containerID":"b1","ifname":"eth0","ip":"10.9.0.1","hostVeth":"enixb1","allocatedAt":"2026-01-02T03:04:05Z"}],"cooling":[],"lastIP":"10.9.0.1"}` + "\n")
+	s := allocfake.NewStore()
+	s.SetBytes([]byte(`{"version":2,"bootID":"boot-1","allocations":[{"network":"blue","containerID":"b1","ifname":"eth0","ip":"10.9.0.1","hostVeth":"enixb1","allocatedAt":"2026-01-02T03:04:05Z"}],"cooling":[],"lastIP":"10.9.0.1"}` + "\n"))
 	probe := &lossProbe{livePods: true}
 	blue := &Manager{Store: s, Pool: mustRanges(t, "10.9.0.0/24"), BootID: "boot-1", Network: "blue", OnMissing: probe.check}
 	pods := &Manager{Store: s, Pool: mustRanges(t, "10.0.0.0/24"), BootID: "boot-1", Network: "pods", OnMissing: probe.check}
@@ -202,10 +205,10 @@ func TestPreNetworksStoreNotLost(t *testing.T) {
 
 // TestNetworksRecordValidated: the record is data like the rest.
 func TestNetworksRecordValidated(t *testing.T) {
-	if _, err := decodeState([]byte(`{"version":2,"bootID":"b","allocations":[],"cooling":[],"networks":[""]}`)); !errors.Is(err, ErrCorrupt) {
+	if _, err := DecodeState([]byte(`{"version":2,"bootID":"b","allocations":[],"cooling":[],"networks":[""]}`)); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("empty network name: %v, want ErrCorrupt", err)
 	}
-	if _, err := decodeState([]byte(`{"version":2,"bootID":"b","allocations":[],"cooling":[],"networks":"pods"}`)); !errors.Is(err, ErrCorrupt) {
+	if _, err := DecodeState([]byte(`{"version":2,"bootID":"b","allocations":[],"cooling":[],"networks":"pods"}`)); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("networks not a list: %v, want ErrCorrupt", err)
 	}
 }

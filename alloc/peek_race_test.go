@@ -1,4 +1,4 @@
-package alloc
+package alloc_test
 
 import (
 	"context"
@@ -6,6 +6,9 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	. "github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/alloc/allocfake"
 )
 
 // TestPeekLossCheckSeesAConcurrentAdd: STATUS, list and the metrics read
@@ -17,7 +20,7 @@ import (
 // ErrStateLost. The check must not refuse from a stale read: the routes are
 // judged against a state read no earlier than them.
 func TestPeekLossCheckSeesAConcurrentAdd(t *testing.T) {
-	s := NewMemStore()
+	s := allocfake.NewStore()
 	c := newClock()
 	routed := map[netip.Addr]bool{} // the kernel: wired by ADD after its save
 	var add func()

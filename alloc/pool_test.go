@@ -1,10 +1,11 @@
-package alloc
+package alloc_test
 
 import (
 	"net/netip"
 	"strings"
 	"testing"
 
+	. "github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2/section"
 )
 

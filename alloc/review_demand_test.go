@@ -1,9 +1,11 @@
-package alloc
+package alloc_test
 
 import (
 	"context"
 	"testing"
 	"time"
+
+	. "github.com/eni-cni/eni-cni/alloc"
 )
 
 // TestDemandsBoundedByTheirOwnSpan: a demand counts, and survives saves,

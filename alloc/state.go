@@ -145,6 +145,14 @@ func NewState(bootID string) *State {
 	return &State{Version: SchemaVersion, BootID: bootID, Allocations: []Allocation{}, Cooling: []Cooling{}}
 }
 
+// MissingState is what a store's Load returns when it holds no state: a
+// new state (no boot ID yet) whose Missing reports true.
+func MissingState() *State {
+	st := NewState("")
+	st.missing = true
+	return st
+}
+
 // Find returns the index of the allocation for k, or -1.
 func (s *State) Find(k Key) int {
 	for i := range s.Allocations {
@@ -249,10 +257,10 @@ func validIfName(s string) bool {
 	return true
 }
 
-// decodeState parses and validates the bytes of a state file, migrating a
+// DecodeState parses and validates the bytes of a state file, migrating a
 // file of an earlier version to this one (in memory: the next save writes
 // it in the current format).
-func decodeState(data []byte) (*State, error) {
+func DecodeState(data []byte) (*State, error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: file is empty", ErrCorrupt)
 	}
@@ -289,14 +297,14 @@ func shortID(id string) string {
 	return id
 }
 
-// encodeState writes compact JSON: it is read and written on every ADD
+// EncodeState writes compact JSON: it is read and written on every ADD
 // and DEL, and indentation made up a third of the encoding time and a
 // sixth of the bytes to parse. `eni-cni list --json` or `jq .` show it
 // indented.
 //
 // The version is stamped here, on every save: a state read from an older
 // file (migrated in memory) is written in this binary's format.
-func encodeState(st *State) ([]byte, error) {
+func EncodeState(st *State) ([]byte, error) {
 	st.Version = SchemaVersion
 	b, err := json.Marshal(st)
 	if err != nil {

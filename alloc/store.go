@@ -9,14 +9,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	"github.com/gofrs/flock"
 	"golang.org/x/sys/unix"
 
+	"github.com/eni-cni/eni-cni/atomicfile"
 	"github.com/eni-cni/eni-cni/fault"
+	"github.com/eni-cni/eni-cni/lockfile"
 )
 
 // Store is where the state lives. Load and Save must only be called between
@@ -45,10 +45,9 @@ var ErrIO = errors.New("state file i/o")
 // pod veths. It is never "fixed" silently: the message says what to check.
 var ErrInsecure = errors.New("state path is not safe to trust")
 
-// LockOpenFlags open a lock file in the state directory: created if
-// missing, never through a symlink (O_NOFOLLOW), and never blocking on a
-// FIFO put in its place (O_NONBLOCK). Every lock file there uses them
-// (state.lock, warm.lock, the metrics' runs.lock).
+// LockOpenFlags are what callers that still open a lock file in the state
+// directory through gofrs/flock (warm.lock) give it: created if missing,
+// never through a symlink, never blocking on a FIFO. New code uses lockfile.
 const LockOpenFlags = os.O_CREATE | os.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK
 
 // maxStateSize bounds what Load reads: a node's state is tens of kilobytes
@@ -71,30 +70,22 @@ const (
 // the process dies; a crashed plugin never wedges the node.
 //
 // Nothing in the directory is followed if it is a symlink: the state file
-// and the lock are opened with O_NOFOLLOW (and O_NONBLOCK, so a FIFO planted
-// there cannot hang a call that holds the lock), the temporary file of a
-// save is created with O_EXCL under a random name, and the rename replaces
-// the directory entry, never a symlink's target. The directory itself may
-// be a symlink (an operator moving /var/lib/eni-cni to another disk); its
-// target must pass the same owner and mode checks.
+// and the lock (lockfile) are opened with O_NOFOLLOW (and O_NONBLOCK, so a
+// FIFO planted there cannot hang a call that holds the lock), and a save
+// (atomicfile) creates its temporary file with O_EXCL under a random name
+// and renames it over the directory entry, never a symlink's target. The
+// directory itself may be a symlink (an operator moving /var/lib/eni-cni to
+// another disk); its target must pass the same owner and mode checks.
 type DiskStore struct {
 	dir  string
-	held *flock.Flock
+	held *lockfile.File
 	// readOnly (SetReadOnly): Lock creates nothing, Save and SetAside
 	// refuse; noLock is a read-only Lock's hold when there was no lock
 	// file to take (no writer ever ran here).
 	readOnly, noLock bool
-	// createTemp makes the temporary file of a save; tests replace it to
-	// inject write errors (a full disk) without filling one.
-	createTemp func(dir, pattern string) (tempFile, error)
-}
-
-// tempFile is what a save writes through.
-type tempFile interface {
-	io.Writer
-	Sync() error
-	Close() error
-	Name() string
+	// save writes the state file; tests set its CreateTemp to inject
+	// write errors (a full disk) without filling one.
+	save atomicfile.Writer
 }
 
 // NewDiskStore returns a store in dir. The directory (mode 0700) is
@@ -106,8 +97,14 @@ func NewDiskStore(dir string) (*DiskStore, error) {
 	if dir == "" {
 		return nil, errors.New("state directory is empty")
 	}
-	return &DiskStore{dir: dir, createTemp: osCreateTemp}, nil
+	return &DiskStore{dir: dir, save: atomicfile.Writer{BeforeRename: beforeRename}}, nil
 }
+
+// beforeRename is the crash point of a save: the new state is complete and
+// synced in its temporary file, not yet in place. A named function, not a
+// closure: the production build then drops the point's name (and
+// TestFaultPointsAbsentFromProduction checks it does).
+func beforeRename() { fault.Point("save:before-rename") }
 
 // checkDir is made by every Lock (one stat, against the milliseconds of an
 // ADD): an untrusted directory fails the store's operations with
@@ -132,8 +129,6 @@ func (d *DiskStore) checkDir() error {
 	}
 	return trusted(d.dir, fi)
 }
-
-func osCreateTemp(dir, pattern string) (tempFile, error) { return os.CreateTemp(dir, pattern) }
 
 // trusted checks that only this user can have written what fi describes.
 func trusted(path string, fi fs.FileInfo) error {
@@ -192,61 +187,40 @@ func (d *DiskStore) Lock(ctx context.Context) error {
 		return err
 	}
 	start := time.Now()
-	flags := LockOpenFlags
+	flag := os.O_CREATE | os.O_RDONLY
 	if d.readOnly {
-		flags &^= os.O_CREATE
+		flag = os.O_RDONLY
 	}
-	fl := flock.New(d.lockPath(), flock.SetPermissions(0o600), flock.SetFlag(flags))
-	if ok, err := fl.TryLock(); d.readOnly && errors.Is(err, fs.ErrNotExist) {
+	lf, err := lockfile.Open(d.lockPath(), flag)
+	if d.readOnly && errors.Is(err, fs.ErrNotExist) {
 		d.noLock = true
 		return nil
-	} else if err != nil {
-		return d.lockError(err)
-	} else if ok {
-		return d.hold(fl)
 	}
-	done := make(chan error, 1)
-	go func() { done <- fl.Lock() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			return d.lockError(err)
-		}
-		return d.hold(fl)
-	case <-ctx.Done():
-		go func() {
-			if err := <-done; err == nil {
-				fl.Unlock()
-			}
-		}()
+	if errors.Is(err, lockfile.ErrUnsafe) {
+		return fmt.Errorf("lock: %w", insecureLock{err})
+	}
+	if err != nil {
+		return fmt.Errorf("lock %s: %w", d.lockPath(), err)
+	}
+	err = lf.LockContext(ctx)
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return fmt.Errorf("lock %s: %w (waited %s%s)", d.lockPath(), ErrLockTimeout,
 			time.Since(start).Round(time.Millisecond), describeHolders(d.lockPath()))
 	}
-}
-
-func (d *DiskStore) lockError(err error) error {
-	if errors.Is(err, unix.ELOOP) {
-		return fmt.Errorf("lock %s: %w: it is a symlink", d.lockPath(), ErrInsecure)
-	}
-	return fmt.Errorf("lock %s: %w", d.lockPath(), err)
-}
-
-// hold keeps fl as the held lock once the locked file proved trustworthy:
-// a regular file of ours that nobody else can replace the content of.
-func (d *DiskStore) hold(fl *flock.Flock) error {
-	fi, err := fl.Stat()
-	if err == nil && !fi.Mode().IsRegular() {
-		err = fmt.Errorf("%s: %w: not a regular file (%s)", d.lockPath(), ErrInsecure, fi.Mode().Type())
-	} else if err == nil {
-		err = trusted(d.lockPath(), fi)
-	}
 	if err != nil {
-		fl.Unlock()
-		return fmt.Errorf("lock: %w", err)
+		lf.Close()
+		return fmt.Errorf("lock %s: %w", d.lockPath(), err)
 	}
-	d.held = fl
+	d.held = lf
 	return nil
 }
+
+// insecureLock is lockfile's refusal of the state lock as ErrInsecure,
+// without saying twice that the path is not safe.
+type insecureLock struct{ error }
+
+func (e insecureLock) Unwrap() error      { return e.error }
+func (insecureLock) Is(target error) bool { return target == ErrInsecure }
 
 func (d *DiskStore) Unlock() error {
 	if d.noLock {
@@ -256,9 +230,9 @@ func (d *DiskStore) Unlock() error {
 	if d.held == nil {
 		return fmt.Errorf("unlock %s: not locked", d.lockPath())
 	}
-	fl := d.held
+	lf := d.held
 	d.held = nil
-	if err := fl.Unlock(); err != nil {
+	if err := lf.Close(); err != nil {
 		return fmt.Errorf("unlock %s: %w", d.lockPath(), err)
 	}
 	return nil
@@ -271,14 +245,12 @@ func (d *DiskStore) Load() (*State, error) {
 	path := d.Path()
 	data, err := d.ReadRaw()
 	if errors.Is(err, fs.ErrNotExist) {
-		st := NewState("")
-		st.missing = true
-		return st, nil
+		return MissingState(), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read state %s: %w", path, err)
 	}
-	st, err := decodeState(data)
+	st, err := DecodeState(data)
 	if err != nil {
 		return nil, fmt.Errorf("read state %s: %w", path, err)
 	}
@@ -350,7 +322,7 @@ func (d *DiskStore) SetAside(now time.Time) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("set %s aside: %w", d.Path(), err)
 		}
-		_ = syncDir(d.dir)
+		_ = atomicfile.SyncDir(d.dir)
 		return dst, nil
 	}
 }
@@ -395,61 +367,14 @@ func (d *DiskStore) Save(st *State) error {
 	if d.readOnly {
 		return fmt.Errorf("save state %s: %w", d.Path(), ErrReadOnly)
 	}
-	data, err := encodeState(st)
+	data, err := EncodeState(st)
 	if err != nil {
 		return fmt.Errorf("encode state: %w", err)
 	}
-	if err := d.writeFileAtomic(d.Path(), data); err != nil {
+	if err := d.save.WriteFile(d.Path(), data, 0o600); err != nil {
 		return fmt.Errorf("save state %s: %w: %w", d.Path(), ErrIO, err)
 	}
 	return nil
-}
-
-// writeFileAtomic writes data to a temporary file in the same directory,
-// syncs it, renames it over path and syncs the directory so the rename
-// itself survives a crash. On failure (a full disk, a read-only file
-// system) the temporary file is removed and path is as it was.
-func (d *DiskStore) writeFileAtomic(path string, data []byte) (err error) {
-	dir := filepath.Dir(path)
-	f, err := d.createTemp(dir, filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	fault.Point("save:before-rename")
-	if err = os.Rename(tmp, path); err != nil {
-		return err
-	}
-	// The new state is in place and visible; a failed directory sync only
-	// means the rename might not survive a power loss, after which the
-	// boot ID changes and allocations are dropped anyway. Reporting it as
-	// a failed save would make callers undo what is already saved.
-	_ = syncDir(dir)
-	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // CleanTemp removes temporary files that a process killed in the middle of
@@ -460,76 +385,8 @@ func (d *DiskStore) CleanTemp() {
 		return
 	}
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), StateFileName+".tmp-") {
+		if strings.HasPrefix(e.Name(), atomicfile.TempPrefix(StateFileName)) {
 			os.Remove(filepath.Join(d.dir, e.Name()))
 		}
 	}
-}
-
-// MemStore is an in-memory Store for tests. It round-trips through the same
-// encoding as DiskStore so tests see what the disk would hold.
-type MemStore struct {
-	wake   memWake
-	mu     sync.Mutex
-	held   chan struct{}
-	data   []byte
-	Saves  int
-	SaveFn func(*State) error // optional failure injection
-}
-
-func NewMemStore() *MemStore {
-	return &MemStore{held: make(chan struct{}, 1)}
-}
-
-func (m *MemStore) Lock(ctx context.Context) error {
-	select {
-	case m.held <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("lock memstore: %w", ErrLockTimeout)
-	}
-}
-
-func (m *MemStore) Unlock() error {
-	select {
-	case <-m.held:
-		return nil
-	default:
-		return errors.New("unlock memstore: not locked")
-	}
-}
-
-func (m *MemStore) Load() (*State, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.data == nil {
-		st := NewState("")
-		st.missing = true
-		return st, nil
-	}
-	return decodeState(m.data)
-}
-
-func (m *MemStore) Save(st *State) error {
-	if m.SaveFn != nil {
-		if err := m.SaveFn(st); err != nil {
-			return err
-		}
-	}
-	data, err := encodeState(st)
-	if err != nil {
-		return err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.data = data
-	m.Saves++
-	return nil
-}
-
-// Bytes returns what the store holds, for byte-for-byte comparisons.
-func (m *MemStore) Bytes() []byte {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return append([]byte(nil), m.data...)
 }

@@ -1,4 +1,4 @@
-package alloc
+package alloc_test
 
 import (
 	"bytes"
@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	. "github.com/eni-cni/eni-cni/alloc"
 )
 
 func newDiskManager(t *testing.T, dir, pool string) *Manager {
@@ -157,26 +159,6 @@ func TestDiskStoreSaveFailureLeavesNoTemp(t *testing.T) {
 	}
 }
 
-func TestWriteFileAtomicCleansUp(t *testing.T) {
-	dir := t.TempDir()
-	s, err := NewDiskStore(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "f")
-	if err := s.writeFileAtomic(path, []byte("one")); err != nil {
-		t.Fatal(err)
-	}
-	// A directory where the file should go makes the rename fail.
-	bad := filepath.Join(dir, "d")
-	os.Mkdir(bad, 0o700)
-	os.WriteFile(filepath.Join(bad, "x"), nil, 0o600)
-	if err := s.writeFileAtomic(bad, []byte("two")); err == nil {
-		t.Fatal("rename over a non-empty directory succeeded")
-	}
-	assertNoTempFiles(t, dir)
-}
-
 // TestConcurrentGoroutines uses one DiskStore per goroutine: each has its
 // own open file description, so flock excludes them as it would processes.
 func TestConcurrentGoroutines(t *testing.T) {
@@ -309,18 +291,18 @@ func TestSetAsideKeepsTheStateFile(t *testing.T) {
 		}
 	}
 	cp := filepath.Join(dir, "copy")
-	if err := copyAside(d.Path(), cp); err != nil {
+	if err := CopyAside(d.Path(), cp); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := os.ReadFile(cp); !bytes.Equal(got, bad) {
 		t.Errorf("copy: %q", got)
 	}
-	if err := copyAside(d.Path(), cp); !errors.Is(err, fs.ErrExist) {
+	if err := CopyAside(d.Path(), cp); !errors.Is(err, fs.ErrExist) {
 		t.Errorf("copy over an existing file: %v, want ErrExist", err)
 	}
 	link := filepath.Join(dir, "link")
 	os.Symlink(d.Path(), link)
-	if err := copyAside(link, filepath.Join(dir, "copy2")); err == nil {
+	if err := CopyAside(link, filepath.Join(dir, "copy2")); err == nil {
 		t.Error("copied through a symlink")
 	}
 	if _, err := os.Lstat(filepath.Join(dir, "copy2")); err == nil {

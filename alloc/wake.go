@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"time"
 	"unsafe"
 
@@ -172,65 +171,6 @@ func cstring(b []byte) string {
 }
 
 func (w *inotifyWatcher) Close() error { return unix.Close(w.fd) }
-
-// memWake is MemStore's wake-up broadcast: a generation counter and a
-// channel closed on every wake.
-type memWake struct {
-	mu  sync.Mutex
-	gen uint64
-	ch  chan struct{}
-}
-
-func (m *memWake) current() (uint64, chan struct{}) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.ch == nil {
-		m.ch = make(chan struct{})
-	}
-	return m.gen, m.ch
-}
-
-func (m *MemStore) Wake() error {
-	m.wake.mu.Lock()
-	defer m.wake.mu.Unlock()
-	m.wake.gen++
-	if m.wake.ch != nil {
-		close(m.wake.ch)
-	}
-	m.wake.ch = make(chan struct{})
-	return nil
-}
-
-func (m *MemStore) Watch() (Watcher, error) {
-	gen, _ := m.wake.current()
-	return &memWatcher{w: &m.wake, seen: gen}, nil
-}
-
-type memWatcher struct {
-	w    *memWake
-	seen uint64
-}
-
-func (mw *memWatcher) Wait(ctx context.Context, d time.Duration) (bool, error) {
-	gen, ch := mw.w.current()
-	if gen != mw.seen {
-		mw.seen = gen
-		return true, nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ch:
-		mw.seen, _ = mw.w.current()
-		return true, nil
-	case <-t.C:
-		return false, nil
-	case <-ctx.Done():
-		return false, ctx.Err()
-	}
-}
-
-func (mw *memWatcher) Close() error { return nil }
 
 // PollWatcher is the watcher of a waiter that cannot be woken (inotify
 // out of instances: fs.inotify.max_user_instances is shared by every

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/alloc/allocfake"
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
 	"github.com/eni-cni/eni-cni/ec2/section"
 	"github.com/eni-cni/eni-cni/gc"
@@ -425,7 +426,7 @@ func TestPermissions(t *testing.T) {
 // Run on a bare tree gives every check a result and fails nothing it
 // cannot see.
 func TestRunStatic(t *testing.T) {
-	st := alloc.NewMemStore()
+	st := allocfake.NewStore()
 	rs, _ := alloc.ParseRanges([]string{"10.99.0.0/29"})
 	e := &Env{Root: tree(t, nil), ProcRoot: procTree(t, map[string]string{"net.ipv4.ip_forward": "1"}), Now: time.Now(),
 		Network: "pods", Source: "static", StateDir: t.TempDir(), VethPrefix: "eni", Store: st, Pool: rs, Host: &fakeHost{}}

@@ -5,13 +5,14 @@ import (
 	"testing"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/alloc/allocfake"
 	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
 // With the limits cached in the store (warm fetched them), max-pods needs
 // neither IMDS nor EC2.
 func TestMaxPodsFromStore(t *testing.T) {
-	st := alloc.NewMemStore()
+	st := allocfake.NewStore()
 	s := alloc.NewState("b")
 	s.EC2 = &section.EC2{InstanceID: "i-1", InstanceType: "c5.18xlarge", Limits: &section.Limits{MaxENIs: 15, IPv4PerENI: 50, VCPUs: 72}}
 	st.Save(s)

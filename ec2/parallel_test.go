@@ -31,7 +31,7 @@ func scaledLatency() *ec2fake.Latency {
 
 // onDisk puts the env's store on disk, as on a node: the DiskStore holds
 // one flock at a time, so the pass's concurrent creations must take turns
-// at it (the MemStore would not notice).
+// at it (the fake store would not notice).
 func (e *env) onDisk(t *testing.T) {
 	t.Helper()
 	d, err := alloc.NewDiskStore(t.TempDir())

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/alloc/allocfake"
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
 	"github.com/eni-cni/eni-cni/ec2/section"
 )
@@ -25,7 +26,7 @@ import (
 type env struct {
 	fake *ec2fake.Server
 	mgr  *alloc.Manager
-	st   *alloc.MemStore
+	st   *allocfake.Store
 	w    *Warmer
 	host *fakeHost
 	out  *bytes.Buffer
@@ -71,7 +72,7 @@ func newEnv(t *testing.T, cfg ec2fake.Config, wc section.WarmConfig) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(fake.Close)
-	e := &env{fake: fake, st: alloc.NewMemStore(), host: &fakeHost{}, out: &bytes.Buffer{}, now: time.Now()}
+	e := &env{fake: fake, st: allocfake.NewStore(), host: &fakeHost{}, out: &bytes.Buffer{}, now: time.Now()}
 	e.mgr = &alloc.Manager{Store: e.st, Pool: alloc.StoredPool{}, BootID: "b", Cooldown: 30 * time.Second, Now: e.clock}
 	md := NewMetadataClient(fake.URL())
 	e.w = &Warmer{Mgr: e.mgr, API: NewAPI(fake.URL(), "us-east-1", md), MD: md, Host: e.host, Cfg: wc, Out: e.out, Now: e.clock}

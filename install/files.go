@@ -5,10 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/eni-cni/eni-cni/atomicfile"
 )
 
 // sameFile reports whether path already holds data with mode perm, so a
@@ -22,51 +23,16 @@ func sameFile(path string, data []byte, perm fs.FileMode) bool {
 	return err == nil && bytes.Equal(have, data)
 }
 
-// writeAtomic replaces path with data: a temporary file in the same
-// directory, synced, then renamed over path, then the directory synced. A
-// runtime that execs the plugin or reads the conflist meanwhile sees the old
-// file or the new one, never a part of one; a crash leaves at worst a
-// temporary file, never a truncated binary under the real name.
-func writeAtomic(path string, data []byte, perm fs.FileMode) (err error) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+// writeAtomic replaces path with data (atomicfile), creating its
+// directory: a runtime that execs the plugin or reads the conflist
+// meanwhile sees the old file or the new one, never a part of one; a crash
+// leaves at worst a temporary file, never a truncated binary under the
+// real name.
+func writeAtomic(path string, data []byte, perm fs.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if _, err = io.Copy(f, bytes.NewReader(data)); err != nil {
-		return err
-	}
-	if err = f.Chmod(perm); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return atomicfile.WriteFile(path, data, perm)
 }
 
 // fileStep writes data to the node path p (below the root) unless it is

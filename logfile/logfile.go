@@ -14,7 +14,7 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/gofrs/flock"
+	"github.com/eni-cni/eni-cni/lockfile"
 )
 
 // Writer appends to a size-capped log file. It is safe for one process's
@@ -72,12 +72,14 @@ func (w *Writer) Write(p []byte) (int, error) {
 // file; if another process rotated already, just reopen the path.
 func (w *Writer) rotate(need int) error {
 	// Like the log itself, the lock is never opened through a symlink.
-	lock := flock.New(w.path+".lock", flock.SetPermissions(0o600),
-		flock.SetFlag(os.O_CREATE|os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK))
+	lock, err := lockfile.Open(w.path+".lock", os.O_CREATE|os.O_RDONLY)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
 	if err := lock.Lock(); err != nil {
 		return err
 	}
-	defer lock.Unlock()
 	ours, err := w.f.Stat()
 	if err != nil {
 		return err

@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/eni-cni/eni-cni/lockfile"
 )
 
 // Verbs whose calls are counted, and their results.
@@ -84,11 +84,6 @@ func index(list []string, s string) int {
 	return -1
 }
 
-// lockOpenFlags open a lock file here as alloc.LockOpenFlags do in the
-// state directory: created if missing, never through a symlink, never
-// blocking on a FIFO put in its place.
-const lockOpenFlags = os.O_CREATE | os.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK
-
 // RecordVerb counts one call of verb in dir's counters file and, for timed
 // verbs, its latency. The file is created if needed (dir is not).
 func RecordVerb(dir, verb string, ok bool, d time.Duration) error {
@@ -96,16 +91,13 @@ func RecordVerb(dir, verb string, ok bool, d time.Duration) error {
 	if v < 0 {
 		return nil
 	}
-	// Never through a symlink, never blocking on a FIFO: we run as root.
-	f, err := os.OpenFile(filepath.Join(dir, CountersFileName), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0o600)
+	// The counters file is its own lock (lockfile): we run as root.
+	f, err := lockfile.Open(filepath.Join(dir, CountersFileName), os.O_RDWR|os.O_CREATE)
 	if err != nil {
 		return fmt.Errorf("open metrics counters: %w", err)
 	}
 	defer f.Close() // also releases the lock
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return fmt.Errorf("open metrics counters %s: not a regular file", f.Name())
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+	if err := f.Lock(); err != nil {
 		return fmt.Errorf("lock metrics counters: %w", err)
 	}
 	buf := make([]byte, countersSize+1)
@@ -170,7 +162,7 @@ func (s slots) counts() VerbCounts {
 // ReadCounters reads the counters file in dir without creating it; a
 // missing file reads as zeros.
 func ReadCounters(dir string) (VerbCounts, error) {
-	f, err := os.Open(filepath.Join(dir, CountersFileName))
+	f, err := lockfile.Open(filepath.Join(dir, CountersFileName), os.O_RDONLY)
 	if errors.Is(err, fs.ErrNotExist) {
 		return make(slots, slotCount).counts(), nil
 	}
@@ -178,7 +170,7 @@ func ReadCounters(dir string) (VerbCounts, error) {
 		return VerbCounts{}, fmt.Errorf("read metrics counters: %w", err)
 	}
 	defer f.Close()
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH); err != nil {
+	if err := f.RLock(); err != nil {
 		return VerbCounts{}, fmt.Errorf("lock metrics counters: %w", err)
 	}
 	data, err := io.ReadAll(io.LimitReader(f, int64(countersSize)+1))

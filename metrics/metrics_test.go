@@ -63,7 +63,7 @@ func TestWriteFileParses(t *testing.T) {
 	if fi.Mode().Perm() != 0o644 {
 		t.Errorf("mode %v", fi.Mode())
 	}
-	if m, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".*tmp*")); len(m) != 0 {
+	if m, _ := filepath.Glob(filepath.Join(filepath.Dir(path), "*.tmp-*")); len(m) != 0 {
 		t.Errorf("temporary files left: %v", m)
 	}
 }

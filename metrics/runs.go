@@ -9,7 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/gofrs/flock"
+	"github.com/eni-cni/eni-cni/atomicfile"
+	"github.com/eni-cni/eni-cni/lockfile"
 )
 
 // RunsFileName is the record of gc and warm runs in the state directory. It
@@ -84,11 +85,14 @@ func LoadRuns(dir string) (*Runs, error) {
 // fresh one begun: it holds counters only, Prometheus handles a counter
 // reset, and a record stuck broken would stop every later one.
 func RecordRun(dir string, u RunUpdate) (*Runs, error) {
-	lock := flock.New(filepath.Join(dir, "runs.lock"), flock.SetPermissions(0o600), flock.SetFlag(lockOpenFlags))
+	lock, err := lockfile.Open(filepath.Join(dir, "runs.lock"), os.O_CREATE|os.O_RDONLY)
+	if err != nil {
+		return nil, fmt.Errorf("lock run record: %w", err)
+	}
+	defer lock.Close()
 	if err := lock.Lock(); err != nil {
 		return nil, fmt.Errorf("lock run record: %w", err)
 	}
-	defer lock.Unlock()
 	r, err := LoadRuns(dir)
 	if err != nil {
 		path := filepath.Join(dir, RunsFileName)
@@ -125,34 +129,8 @@ func RecordRun(dir string, u RunUpdate) (*Runs, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writeAtomic(filepath.Join(dir, RunsFileName), data, 0o600); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, RunsFileName), data, 0o600); err != nil {
 		return nil, err
 	}
 	return r, nil
-}
-
-func writeAtomic(path string, data []byte, mode os.FileMode) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Chmod(mode); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }

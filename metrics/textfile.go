@@ -7,14 +7,15 @@ package metrics
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/eni-cni/eni-cni/atomicfile"
 )
 
 // Metric types of the text format.
@@ -106,37 +107,19 @@ var (
 func escapeHelp(s string) string  { return helpEscaper.Replace(s) }
 func escapeValue(s string) string { return valueEscaper.Replace(s) }
 
-// WriteFile writes the families to path atomically (temporary file in the
-// same directory, fsync, rename), so node_exporter never reads half a file.
-// The file is world-readable: node_exporter often runs as another user.
-func WriteFile(path string, fams []Family) (err error) {
-	dir := filepath.Dir(path)
-	// node_exporter reads only *.prom files, so the temporary name does
-	// not end in .prom.
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
+// WriteFile writes the families to path atomically (atomicfile), so
+// node_exporter never reads half a file. The file is world-readable:
+// node_exporter often runs as another user. node_exporter reads only
+// *.prom files, and the temporary name does not end in .prom.
+func WriteFile(path string, fams []Family) error {
+	var buf bytes.Buffer
+	if err := Write(&buf, fams); err != nil {
 		return fmt.Errorf("write metrics %s: %w", path, err)
 	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-			err = fmt.Errorf("write metrics %s: %w", path, err)
-		}
-	}()
-	if err = Write(f, fams); err != nil {
-		return err
+	if err := atomicfile.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("write metrics %s: %w", path, err)
 	}
-	if err = f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	return nil
 }
 
 // HistogramSamples turns per-bucket counts (not cumulative; the last one is

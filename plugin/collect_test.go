@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/alloc/allocfake"
 	"github.com/eni-cni/eni-cni/gc"
 	"github.com/eni-cni/eni-cni/netsetup"
 )
@@ -41,7 +42,7 @@ func (h *fakeHost) DeleteRoute(r gc.HostRoute) error {
 // gcFixture: three pods allocated an hour ago ("alive", "dead", "dead2")
 // and one a second ago ("newborn"), wired in the fake host, plus a leftover
 // veth and rules of a pod long gone.
-func gcFixture(t *testing.T) (*Plugin, *fakeWire, *alloc.MemStore, *fakeHost) {
+func gcFixture(t *testing.T) (*Plugin, *fakeWire, *allocfake.Store, *fakeHost) {
 	t.Helper()
 	p, w, s := newTestPlugin(t, "10.99.0.0/24")
 	ctx := context.Background()

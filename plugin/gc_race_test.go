@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/alloc/allocfake"
 	"github.com/eni-cni/eni-cni/gc"
 	"github.com/eni-cni/eni-cni/netsetup"
 )
@@ -151,7 +152,7 @@ func stageReuseRace(t *testing.T, stalledName string, release, stalled func(p *P
 	}
 }
 
-func allocationOf(t *testing.T, s *alloc.MemStore, cid string) alloc.Allocation {
+func allocationOf(t *testing.T, s *allocfake.Store, cid string) alloc.Allocation {
 	t.Helper()
 	st, err := s.Load()
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/alloc/allocfake"
 	"github.com/eni-cni/eni-cni/gc"
 	"github.com/eni-cni/eni-cni/netconf"
 	"github.com/eni-cni/eni-cni/netsetup"
@@ -21,7 +22,7 @@ import (
 // lostNode is a node whose state was lost: the fake kernel still wires two
 // pods of the pool (10.99.0.0/24) and one of another network, the store is
 // empty.
-func lostNode(t *testing.T) (*Plugin, *fakeWire, *alloc.MemStore) {
+func lostNode(t *testing.T) (*Plugin, *fakeWire, *allocfake.Store) {
 	t.Helper()
 	p, w, s := newTestPlugin(t, "10.99.0.0/24")
 	w.wired[netsetup.HostVethName("eni", "live1", "eth0")] = netip.MustParseAddr("10.99.0.1")
@@ -84,12 +85,12 @@ func TestNewNodeStartsEmpty(t *testing.T) {
 func TestDelWithUnusableStore(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		store func(*alloc.MemStore) alloc.Store
+		store func(*allocfake.Store) alloc.Store
 	}{
-		{"corrupt", func(s *alloc.MemStore) alloc.Store { return failingStore{s, alloc.ErrCorrupt} }},
-		{"newer version", func(s *alloc.MemStore) alloc.Store { return failingStore{s, alloc.ErrUnsupportedVersion} }},
-		{"untrusted", func(s *alloc.MemStore) alloc.Store { return failingStore{s, alloc.ErrInsecure} }},
-		{"lost", func(s *alloc.MemStore) alloc.Store { return s }},
+		{"corrupt", func(s *allocfake.Store) alloc.Store { return failingStore{s, alloc.ErrCorrupt} }},
+		{"newer version", func(s *allocfake.Store) alloc.Store { return failingStore{s, alloc.ErrUnsupportedVersion} }},
+		{"untrusted", func(s *allocfake.Store) alloc.Store { return failingStore{s, alloc.ErrInsecure} }},
+		{"lost", func(s *allocfake.Store) alloc.Store { return s }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, w, s := lostNode(t)
@@ -128,7 +129,7 @@ func TestDelWithUnusableStore(t *testing.T) {
 
 // failingStore fails every Load with err.
 type failingStore struct {
-	*alloc.MemStore
+	*allocfake.Store
 	err error
 }
 
@@ -159,7 +160,7 @@ func TestAddRouteTakenGivesAddressBack(t *testing.T) {
 // two conflists with the same stateDir make them: "pods" (10.99.0.0/24)
 // has no pods, "blue" (10.98.0.0/24) has two live pods whose records were
 // lost with the file.
-func sharedPlugins(t *testing.T) (pods, blue *Plugin, w *fakeWire, s *alloc.MemStore) {
+func sharedPlugins(t *testing.T) (pods, blue *Plugin, w *fakeWire, s *allocfake.Store) {
 	t.Helper()
 	pods, w, s = newTestPlugin(t, "10.99.0.0/24")
 	cfg, err := netconf.Parse([]byte(`{"cniVersion":"1.0.0","name":"blue","pool":{"source":"static","ranges":["10.98.0.0/24"]}}`))

@@ -15,6 +15,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/alloc/allocfake"
 	"github.com/eni-cni/eni-cni/netconf"
 	"github.com/eni-cni/eni-cni/netsetup"
 )
@@ -97,13 +98,13 @@ func (f *fakeWire) PodRoutes(string) ([]netsetup.PodRoute, error) {
 	return out, nil
 }
 
-func newTestPlugin(t *testing.T, pool string) (*Plugin, *fakeWire, *alloc.MemStore) {
+func newTestPlugin(t *testing.T, pool string) (*Plugin, *fakeWire, *allocfake.Store) {
 	t.Helper()
 	cfg, err := netconf.Parse([]byte(`{"cniVersion":"1.0.0","name":"pods","pool":{"source":"static","ranges":["` + pool + `"]}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := alloc.NewMemStore()
+	s := allocfake.NewStore()
 	w := newFakeWire()
 	mgr := &alloc.Manager{Store: s, Pool: cfg.Pool, BootID: "b", Cooldown: cfg.Cooldown, LockTimeout: time.Second}
 	return newPluginWith(cfg, mgr, w, staticProvider{cfg.Pool}), w, s
@@ -273,14 +274,14 @@ func TestStatus(t *testing.T) {
 		t.Errorf("status %+v %v", c, err)
 	}
 	s.SaveFn = nil
-	bad := &corruptStore{MemStore: s}
+	bad := &corruptStore{Store: s}
 	p.Mgr.Store = bad
 	if _, err := p.Status(context.Background()); toCNIError(err).Code != types.ErrPluginNotAvailable {
 		t.Errorf("unreadable store: %v", err)
 	}
 }
 
-type corruptStore struct{ *alloc.MemStore }
+type corruptStore struct{ *allocfake.Store }
 
 func (corruptStore) Load() (*alloc.State, error) { return nil, alloc.ErrCorrupt }
 

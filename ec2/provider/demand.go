@@ -11,11 +11,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gofrs/flock"
 	"golang.org/x/sys/unix"
 
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2/section"
+	"github.com/eni-cni/eni-cni/lockfile"
 )
 
 // How an ADD waits on a dry ec2 pool.
@@ -51,11 +51,14 @@ var ErrWithdrawn = errors.New("the attachment was deleted (DEL) while its ADD wa
 // build and reading IMDS.
 func (s EC2) lookIMDS(ctx context.Context) int {
 	if d, ok := s.Mgr.Store.(interface{ Dir() string }); ok {
-		fl := flock.New(filepath.Join(d.Dir(), imdsLockName), flock.SetPermissions(0o600))
+		fl, err := lockfile.Open(filepath.Join(d.Dir(), imdsLockName), os.O_CREATE|os.O_RDONLY)
+		if err != nil {
+			return 0
+		}
+		defer fl.Close()
 		if ok, err := fl.TryLock(); err != nil || !ok {
 			return 0
 		}
-		defer fl.Unlock()
 	}
 	n, err := s.Refresh(ctx)
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/eni-cni/eni-cni/atomicfile"
 	"github.com/eni-cni/eni-cni/netconf"
 )
 
@@ -161,26 +161,12 @@ func openWarmLog(cfg *netconf.Config) (*os.File, error) {
 	return os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
 }
 
-// writeIfChanged replaces path with data (temporary file and rename) unless
-// it already holds exactly that, so ADDs that start warm passes do not
-// rewrite it every time, and a pass never reads half a file.
+// writeIfChanged replaces path with data (atomicfile) unless it already
+// holds exactly that, so ADDs that start warm passes do not rewrite it
+// every time, and a pass never reads half a file.
 func writeIfChanged(path string, data []byte) error {
 	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
 		return nil
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(f, bytes.NewReader(data))
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
+	return atomicfile.WriteFile(path, data, 0o600)
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/alloc/allocfake"
 	"github.com/eni-cni/eni-cni/ec2"
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
 	"github.com/eni-cni/eni-cni/ec2/section"
@@ -66,7 +67,7 @@ func newEC2Env(cfg ec2fake.Config, wc section.WarmConfig) (*ec2Env, error) {
 		return nil, err
 	}
 	e := &ec2Env{fake: fake, now: time.Now()}
-	e.mgr = &alloc.Manager{Store: alloc.NewMemStore(), Pool: alloc.StoredPool{}, BootID: "b", Cooldown: 30 * time.Second, Now: e.clock}
+	e.mgr = &alloc.Manager{Store: allocfake.NewStore(), Pool: alloc.StoredPool{}, BootID: "b", Cooldown: 30 * time.Second, Now: e.clock}
 	md := ec2.NewMetadataClient(fake.URL())
 	e.w = &ec2.Warmer{Mgr: e.mgr, API: ec2.NewAPI(fake.URL(), "us-east-1", md), MD: md, Host: noHost{}, Cfg: wc, Out: io.Discard, Now: e.clock}
 	return e, nil

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/eni-cni/eni-cni/atomicfile"
 	"github.com/eni-cni/eni-cni/gc/crifake"
 )
 
@@ -218,9 +219,5 @@ func ageStore(stateDir string, d time.Duration) error {
 	if data, err = json.Marshal(st); err != nil {
 		return err
 	}
-	tmp := path + ".tmp-bench"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.WriteFile(path, data, 0o600)
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/atomicfile"
 	"github.com/eni-cni/eni-cni/netconf"
 	"github.com/eni-cni/eni-cni/netsetup"
 	eniplugin "github.com/eni-cni/eni-cni/plugin"
@@ -493,13 +494,13 @@ func (b *bench) phasePerf(ctx context.Context) error {
 	return nil
 }
 
-// jsonCost times the store's own encoding and decoding (alloc.MemStore
-// round-trips through the same code as the disk store) of a full state.
+// jsonCost times the state file's own encoding and decoding
+// (alloc.EncodeState, alloc.DecodeState: what every save and load runs) of
+// a full state.
 func jsonCost(data []byte) string {
 	if len(data) == 0 {
 		return ""
 	}
-	src := alloc.NewMemStore()
 	var st alloc.State
 	if err := json.Unmarshal(data, &st); err != nil {
 		return ""
@@ -509,13 +510,13 @@ func jsonCost(data []byte) string {
 	enc := make([]float64, reps)
 	for i := range reps {
 		t0 := time.Now()
-		err := src.Save(&st)
+		b, err := alloc.EncodeState(&st)
 		enc[i] = ms(time.Since(t0))
 		if err != nil {
 			return ""
 		}
 		t0 = time.Now()
-		if _, err := src.Load(); err != nil {
+		if _, err := alloc.DecodeState(b); err != nil {
 			return ""
 		}
 		dec[i] = ms(time.Since(t0))
@@ -634,37 +635,17 @@ func kernelFloors(podPath, dir string, reps, stateSize int) []floorRow {
 	return rows
 }
 
+// atomicWrite is the state file's save (atomicfile) or, without sync,
+// the same steps without the two fsyncs, to show what they cost.
 func atomicWrite(path string, data []byte, sync bool) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
 	if sync {
-		if err := f.Sync(); err != nil {
-			f.Close()
-			return err
-		}
+		return atomicfile.WriteFile(path, data, 0o600)
 	}
-	if err := f.Close(); err != nil {
+	tmp := path + ".tmp-nosync"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
 		return err
 	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	if !sync {
-		return nil
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return os.Rename(tmp, path)
 }
 
 // commShare is comm's percentage of all samples in a `--sort comm` report.
