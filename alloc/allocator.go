@@ -194,24 +194,24 @@ func (m *Manager) pruneCooling(st *State) {
 // Allocate returns the address of req's attachment, taking a free one if the
 // attachment has none yet. existed is true when ADD is being repeated.
 func (m *Manager) Allocate(ctx context.Context, req Request) (a Allocation, existed bool, err error) {
-	a, existed, _, err = m.AllocateWithSource(ctx, req)
+	a, existed, _, err = m.AllocateWithSection(ctx, req)
 	return a, existed, err
 }
 
-// AllocateWithSource is Allocate that also returns the ec2 section
-// (State.EC2, nil for the static source) as read in the same locked read,
-// so the ec2 source can prepare the address's ENI without reading the state
+// AllocateWithSection is Allocate that also returns the ec2 section
+// (State.EC2, nil for a static pool) as read in the same locked read,
+// so the ec2 provider can prepare the address's ENI without reading the state
 // again. The section is the caller's copy; changing it changes nothing.
-func (m *Manager) AllocateWithSource(ctx context.Context, req Request) (a Allocation, existed bool, source *section.EC2, err error) {
+func (m *Manager) AllocateWithSection(ctx context.Context, req Request) (a Allocation, existed bool, sec *section.EC2, err error) {
 	err = m.Update(ctx, func(st *State) (changed bool, err error) {
-		source = st.EC2
+		sec = st.EC2
 		a, existed, changed, err = m.AllocateIn(st, req)
 		return changed, err
 	})
 	if err != nil {
 		return Allocation{}, false, nil, fmt.Errorf("allocate ip for %s: %w", req.Key, err)
 	}
-	return a, existed, source, nil
+	return a, existed, sec, nil
 }
 
 // AllocateIn is Allocate on a state the caller holds under the lock (in an
@@ -348,14 +348,14 @@ func (m *Manager) releaseIn(st *State, k Key, ip netip.Addr, cooldown time.Durat
 
 // Get returns the allocation of k, if any.
 func (m *Manager) Get(ctx context.Context, k Key) (a Allocation, found bool, err error) {
-	a, found, _, err = m.GetWithSource(ctx, k)
+	a, found, _, err = m.GetWithSection(ctx, k)
 	return a, found, err
 }
 
-// GetWithSource is Get that also returns State.EC2.
-func (m *Manager) GetWithSource(ctx context.Context, k Key) (a Allocation, found bool, source *section.EC2, err error) {
+// GetWithSection is Get that also returns State.EC2.
+func (m *Manager) GetWithSection(ctx context.Context, k Key) (a Allocation, found bool, sec *section.EC2, err error) {
 	err = m.Update(ctx, func(st *State) (bool, error) {
-		source = st.EC2
+		sec = st.EC2
 		if i := st.Find(k); i >= 0 {
 			a, found = st.Allocations[i], true
 		}
@@ -364,7 +364,7 @@ func (m *Manager) GetWithSource(ctx context.Context, k Key) (a Allocation, found
 	if err != nil {
 		return Allocation{}, false, nil, fmt.Errorf("look up %s: %w", k, err)
 	}
-	return a, found, source, nil
+	return a, found, sec, nil
 }
 
 // Snapshot returns a copy of the state and its pool counts.

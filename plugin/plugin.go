@@ -188,13 +188,13 @@ func (p *Plugin) allocate(ctx context.Context, req alloc.Request) (alloc.Allocat
 		p.addAttrs = attrs
 		return a, existed, sec, err
 	}
-	a, existed, sec, err := p.Mgr.AllocateWithSource(ctx, req)
+	a, existed, sec, err := p.Mgr.AllocateWithSection(ctx, req)
 	if errors.Is(err, provider.ErrIdentityUnchecked) {
 		// First ADD of a boot: compare the store with IMDS, then retry.
 		if _, rerr := p.provider.Refresh(ctx); rerr != nil {
 			return a, existed, sec, fmt.Errorf("%w (%w)", err, rerr)
 		}
-		a, existed, sec, err = p.Mgr.AllocateWithSource(ctx, req)
+		a, existed, sec, err = p.Mgr.AllocateWithSection(ctx, req)
 	}
 	if !errors.Is(err, alloc.ErrPoolExhausted) {
 		return a, existed, sec, err
@@ -368,7 +368,7 @@ func (p *Plugin) delWithoutStore(k alloc.Key, cause error) error {
 // it). Each kind of disagreement has its own error, and so its own CNI
 // code (toCNIError).
 func (p *Plugin) check(ctx context.Context, at attachment, prev *current.Result) error {
-	a, found, sec, err := p.Mgr.GetWithSource(ctx, at.Key)
+	a, found, sec, err := p.Mgr.GetWithSection(ctx, at.Key)
 	if err != nil {
 		return err
 	}

@@ -184,7 +184,7 @@ func (s EC2) Refresh(ctx context.Context) (int, error) {
 // pool.
 func (s EC2) Dry(ctx context.Context, req alloc.Request, cause error) (alloc.Allocation, bool, *section.EC2, []any, error) {
 	if n := s.lookIMDS(ctx); n > 0 {
-		a, existed, source, err := s.Mgr.AllocateWithSource(ctx, req)
+		a, existed, source, err := s.Mgr.AllocateWithSection(ctx, req)
 		if !errors.Is(err, alloc.ErrPoolExhausted) {
 			return a, existed, source, nil, err
 		}
