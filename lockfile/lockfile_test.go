@@ -163,14 +163,20 @@ func TestSharedLocks(t *testing.T) {
 // abandons releases the lock once it gets it.
 func TestLockContextTimeout(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "x.lock")
-	holder, waiter := open(t, path), open(t, path)
+	holder := open(t, path)
+	// Not open(): after the timeout the abandoned wait owns the file and
+	// closes it; a cleanup closing it too raced that wait (-race saw it).
+	waiter, err := Open(path, os.O_CREATE|os.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := holder.Lock(); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	err := waiter.LockContext(ctx)
+	err = waiter.LockContext(ctx)
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), path) {
 		t.Fatalf("err = %v, want DeadlineExceeded naming %s", err, path)
 	}
@@ -190,10 +196,14 @@ func TestLockContextWaits(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "x.lock")
 	holder, waiter := open(t, path), open(t, path)
 	holder.Lock()
-	time.AfterFunc(50*time.Millisecond, func() { holder.Unlock() })
+	// The flock hand-over is no synchronisation the race detector sees:
+	// wait for the unlocking goroutine before cleanup closes holder.
+	unlocked := make(chan struct{})
+	time.AfterFunc(50*time.Millisecond, func() { holder.Unlock(); close(unlocked) })
 	if err := waiter.LockContext(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	<-unlocked
 	if ok, _ := holder.TryLock(); ok {
 		t.Error("the waiter's lock is not held")
 	}
