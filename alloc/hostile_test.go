@@ -304,3 +304,28 @@ func TestAllocationOutsidePool(t *testing.T) {
 		t.Fatalf("DEL of the old pod: %v %v", found, err)
 	}
 }
+
+// A refused state lock says what every other refusal of the state path
+// says, and what docs/operations.md tells operators to look for (code 5
+// "state path is not safe to trust"): a symlink, a FIFO, a group-writable
+// lock. Before lockfile took over the open, the lock's refusals said it
+// too; lockfile's own wording must not replace it.
+func TestLockRefusalSaysStatePathNotSafe(t *testing.T) {
+	for name, plant := range map[string]func(path string) error{
+		"symlink": func(p string) error { return os.Symlink(filepath.Join(t.TempDir(), "x"), p) },
+		"fifo":    func(p string) error { return syscall.Mkfifo(p, 0o600) },
+		"mode":    func(p string) error { return errors.Join(os.WriteFile(p, nil, 0o600), os.Chmod(p, 0o666)) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := plant(filepath.Join(dir, LockFileName)); err != nil {
+				t.Fatal(err)
+			}
+			m := newDiskManager(t, dir, "10.0.0.0/24")
+			_, _, err := m.Allocate(context.Background(), req("a"))
+			if !errors.Is(err, ErrInsecure) || !strings.Contains(err.Error(), ErrInsecure.Error()) || !strings.Contains(err.Error(), LockFileName) {
+				t.Fatalf("err = %v, want ErrInsecure saying %q and naming the lock", err, ErrInsecure)
+			}
+		})
+	}
+}

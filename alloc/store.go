@@ -216,9 +216,14 @@ func (d *DiskStore) Lock(ctx context.Context) error {
 }
 
 // insecureLock is lockfile's refusal of the state lock as ErrInsecure,
-// without saying twice that the path is not safe.
+// in ErrInsecure's words (code 5 "state path is not safe to trust", which
+// operators are told to look for), not lockfile's, and without saying
+// twice that the path is not safe.
 type insecureLock struct{ error }
 
+func (e insecureLock) Error() string {
+	return strings.Replace(e.error.Error(), lockfile.ErrUnsafe.Error(), ErrInsecure.Error(), 1)
+}
 func (e insecureLock) Unwrap() error      { return e.error }
 func (insecureLock) Is(target error) bool { return target == ErrInsecure }
 

@@ -208,3 +208,30 @@ func TestLockContextWaits(t *testing.T) {
 		t.Error("the waiter's lock is not held")
 	}
 }
+
+// An upgrade must not refuse the lock files earlier releases left: they
+// created state.lock, imds.lock, runs.lock and logFile.lock through
+// gofrs/flock (mode 0600, less the umask) and the counters file with
+// mode 0600, and their state-lock check let a file readable by others
+// (0644) pass. Refusing any of these would fail every CNI call on the node.
+func TestAcceptsLockFilesOfEarlierReleases(t *testing.T) {
+	dir := t.TempDir()
+	for name, mode := range map[string]fs.FileMode{"0600": 0o600, "0644": 0o644, "0400": 0o400, "0640": 0o640} {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, nil, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path, mode); err != nil {
+			t.Fatal(err)
+		}
+		f, err := Open(path, os.O_CREATE|os.O_RDONLY)
+		if err != nil {
+			t.Errorf("mode %s: %v", name, err)
+			continue
+		}
+		if ok, err := f.TryLock(); !ok || err != nil {
+			t.Errorf("mode %s: lock: %v %v", name, ok, err)
+		}
+		f.Close()
+	}
+}

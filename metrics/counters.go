@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/eni-cni/eni-cni/lockfile"
@@ -97,6 +98,9 @@ func RecordVerb(dir, verb string, ok bool, d time.Duration) error {
 		return fmt.Errorf("open metrics counters: %w", err)
 	}
 	defer f.Close() // also releases the lock
+	if err := soleLink(f); err != nil {
+		return fmt.Errorf("open metrics counters: %w", err)
+	}
 	if err := f.Lock(); err != nil {
 		return fmt.Errorf("lock metrics counters: %w", err)
 	}
@@ -128,6 +132,21 @@ func RecordVerb(dir, verb string, ok bool, d time.Duration) error {
 	}
 	if n > countersSize {
 		return f.Truncate(int64(countersSize))
+	}
+	return nil
+}
+
+// soleLink refuses a counters file that another name links to: it is
+// rewritten and truncated in place, and a hard link planted at its name
+// would have that done to another file. Only the count is lost; a lock
+// file, which holds no data, is not held to this.
+func soleLink(f *lockfile.File) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink != 1 {
+		return fmt.Errorf("%s: %w: %d hard links to it (want 1)", f.Name(), lockfile.ErrUnsafe, st.Nlink)
 	}
 	return nil
 }

@@ -219,3 +219,26 @@ func TestLockAndCountersNoFollow(t *testing.T) {
 		})
 	}
 }
+
+// The counters file holds data that RecordVerb rewrites in place (and
+// truncates), so a hard link planted at its name must not make it write
+// another file: a symlink is refused by O_NOFOLLOW, a link by its count.
+// (A state directory others can write is refused by the store, but the
+// CNI verbs count their calls there all the same.)
+func TestRecordVerbRefusesHardLink(t *testing.T) {
+	dir, elsewhere := t.TempDir(), t.TempDir()
+	victim := filepath.Join(elsewhere, "victim")
+	precious := []byte(strings.Repeat("precious data\n", 1000))
+	if err := os.WriteFile(victim, precious, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(victim, filepath.Join(dir, CountersFileName)); err != nil {
+		t.Skipf("no hard link here: %v", err)
+	}
+	if err := RecordVerb(dir, CountedVerbs[0], true, time.Millisecond); err == nil {
+		t.Error("RecordVerb wrote a counters file with another name linked to it")
+	}
+	if got, _ := os.ReadFile(victim); string(got) != string(precious) {
+		t.Errorf("the linked file was rewritten: %d bytes, %q...", len(got), got[:min(len(got), 40)])
+	}
+}
