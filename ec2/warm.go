@@ -167,7 +167,7 @@ func updateSection(ctx context.Context, mgr *alloc.Manager, fn func(*alloc.State
 
 // Run is one pass: it reads IMDS, then does what RunWith does.
 func (w *Warmer) Run(ctx context.Context) error {
-	inst, err := Discover(ctx, w.MD)
+	inst, err := discoverFor(ctx, w.MD, w.Mgr)
 	if err != nil {
 		return errors.Join(err, w.Failed(ctx, err))
 	}
