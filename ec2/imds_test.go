@@ -15,7 +15,7 @@ import (
 
 // settledEnv is a node with a second ENI, warmed until a pass changes
 // nothing.
-func settledEnv(t *testing.T, cfg ec2fake.Config) *env {
+func settledEnv(t testing.TB, cfg ec2fake.Config) *env {
 	t.Helper()
 	e := newEnv(t, cfg, section.WarmConfig{WarmIPTarget: 2})
 	if _, err := e.fake.SeedENI(ec2fake.ENISpec{DeleteOnTermination: true}); err != nil {
@@ -122,4 +122,34 @@ func TestSettledPassSeesSecurityGroupChange(t *testing.T) {
 	if !slices.Equal(eni.SecurityGroups, sgs[1:]) {
 		t.Errorf("primary ENI's security groups in the store: %v, want %v", eni.SecurityGroups, sgs[1:])
 	}
+}
+
+// BenchmarkSettledPass is one warm pass on a settled node, in process,
+// against the fake over loopback (the node side faked): what a pass costs
+// beyond process start, with the IMDS paths it reads and the store loads
+// it makes. go test -bench SettledPass -cpuprofile cpu.out ./ec2/ shows
+// where the time goes.
+func BenchmarkSettledPass(b *testing.B) {
+	e := settledEnv(b, ec2fake.Config{InstanceType: "t3.medium"})
+	loads := &countingStore{Store: e.mgr.Store}
+	e.mgr.Store = loads
+	e.fake.ResetCalls()
+	for b.Loop() {
+		if err := e.w.Run(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(e.fake.IMDSCalls())/float64(b.N), "imds-reads/op")
+	b.ReportMetric(float64(loads.loads)/float64(b.N), "store-loads/op")
+}
+
+// countingStore counts the loads of the store it wraps.
+type countingStore struct {
+	alloc.Store
+	loads int
+}
+
+func (s *countingStore) Load() (*alloc.State, error) {
+	s.loads++
+	return s.Store.Load()
 }
