@@ -194,11 +194,7 @@ func (w *Warmer) RunWith(ctx context.Context, inst *section.Instance) error {
 // across an EC2 or IMDS call. short reports that the instance's limits
 // kept it from reaching its targets.
 func (w *Warmer) pass(ctx context.Context, inst *section.Instance) (short bool, err error) {
-	drift, err := w.observe(ctx, inst)
-	if err != nil {
-		return false, err
-	}
-	v, err := w.snapshot(ctx)
+	drift, v, err := w.observe(ctx, inst)
 	if err != nil {
 		return false, err
 	}
