@@ -31,7 +31,7 @@ func (e *env) pool(t *testing.T) map[netip.Addr]section.Addr {
 }
 
 // passes runs the warm timer n times, 30 s apart.
-func (e *env) passes(t *testing.T, n int) {
+func (e *env) passes(t testing.TB, n int) {
 	t.Helper()
 	for range n {
 		e.now = e.now.Add(30 * time.Second)

@@ -50,12 +50,14 @@ func (w *Warmer) settleENIs(ctx context.Context) error {
 		return err
 	}
 	var errs []error
+	sweepView := v // what the sweep reads, unless settling changes it
 	for _, p := range v.src.Pending {
 		if p.ID != "" {
 			errs = append(errs, w.settlePending(ctx, v.src, p))
+			sweepView = nil
 		}
 	}
-	errs = append(errs, w.sweepLeaks(ctx))
+	errs = append(errs, w.sweepLeaks(ctx, sweepView))
 	for _, e := range v.src.ENIs {
 		if e.Created && !e.DeleteOnTermination && e.AttachmentID != "" {
 			errs = append(errs, w.setDeleteOnTermination(ctx, e))
@@ -104,10 +106,16 @@ func (w *Warmer) dropPending(ctx context.Context, token string) error {
 // Create reply was lost or not saved) and once per boot, at most once per
 // sweepEvery. A pending record without ID is dropped once a sweep has
 // found nothing younger than leakAge that could still be it.
-func (w *Warmer) sweepLeaks(ctx context.Context) error {
-	v, err := w.snapshot(ctx)
-	if err != nil {
-		return err
+//
+// v is the store as the caller just read it, if nothing has changed what
+// the sweep looks at since (only warm writes Pending and the sweep's
+// records, and one pass runs at a time); nil to read it again.
+func (w *Warmer) sweepLeaks(ctx context.Context, v *view) error {
+	if v == nil {
+		var err error
+		if v, err = w.snapshot(ctx); err != nil {
+			return err
+		}
 	}
 	src, now := v.src, w.now()
 	unknown := slices.ContainsFunc(src.Pending, func(p section.PendingENI) bool { return p.ID == "" })

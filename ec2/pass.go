@@ -13,6 +13,7 @@ import (
 
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2/provider"
+	"github.com/eni-cni/eni-cni/ec2/section"
 	"github.com/eni-cni/eni-cni/netconf"
 	"github.com/eni-cni/eni-cni/netsetup/snat"
 )
@@ -50,8 +51,9 @@ func WarmPass(cfg *netconf.Config, mgr *alloc.Manager, out io.Writer, calls *Cal
 	defer cancel()
 	md := NewMetadataClient(cfg.IMDSEndpoint, MetadataOptions(cfg)...)
 	// IMDS first, every pass: the region for the EC2 client comes from the
-	// instance itself, never from a store that may be another instance's.
-	inst, err := Discover(ctx, md)
+	// instance itself, or from a store IMDS has shown to be this
+	// instance's in this boot, never from one that may be another's.
+	inst, err := discoverFor(ctx, md, mgr)
 	if err != nil {
 		// ADDs waiting on a dry pool learn why no pass ran.
 		err = ExplainIMDSOf(err, cfg)
@@ -69,6 +71,18 @@ func WarmPass(cfg *netconf.Config, mgr *alloc.Manager, out io.Writer, calls *Cal
 		return true, fmt.Errorf("warm: %w", ExplainIMDSOf(err, cfg))
 	}
 	return true, nil
+}
+
+// discoverFor is Discover for a warm pass: what the store says of the
+// instance spares the reads of what cannot have changed (DiscoverKnowing).
+// The store is read without its lock, as Peek does (a save replaces the
+// file whole); one that cannot be read spares nothing.
+func discoverFor(ctx context.Context, md Metadata, mgr *alloc.Manager) (*section.Instance, error) {
+	var known *section.EC2
+	if st, err := mgr.Store.Load(); err == nil {
+		known = st.EC2
+	}
+	return DiscoverKnowing(ctx, md, known, mgr.BootID)
 }
 
 // syncSNAT keeps the node's SNAT chain as the config says, every pass:

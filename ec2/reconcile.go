@@ -20,10 +20,12 @@ const describeEvery = time.Hour
 // observe is the cheap part of a pass: it checks that the store describes
 // this instance (dropping the records of another one), takes in what IMDS
 // adds, drops lost addresses whose pods are gone, and returns what IMDS
-// contradicts for EC2 to settle.
-func (w *Warmer) observe(ctx context.Context, inst *section.Instance) (section.Drift, error) {
+// contradicts for EC2 to settle, with the store as this left it (what the
+// pass would read next: one load fewer).
+func (w *Warmer) observe(ctx context.Context, inst *section.Instance) (section.Drift, *view, error) {
 	var (
 		d       section.Drift
+		v       *view
 		dropped string
 		fresh   bool
 		settled []netip.Addr
@@ -42,10 +44,11 @@ func (w *Warmer) observe(ctx context.Context, inst *section.Instance) (section.D
 		if d.Empty() {
 			src.Drift = ""
 		}
+		v = &view{st: st, src: src, counts: w.Mgr.Counts(st)}
 		return nil
 	})
 	if err != nil {
-		return d, err
+		return d, nil, err
 	}
 	if dropped != "" {
 		w.warn("the store describes instance %s but this is %s (a disk or node image from another instance?): "+
@@ -59,7 +62,7 @@ func (w *Warmer) observe(ctx context.Context, inst *section.Instance) (section.D
 	if len(settled) > 0 {
 		w.say("lost addresses whose pods are gone left the pool: %v", settled)
 	}
-	return d, nil
+	return d, v, nil
 }
 
 func allocatedIn(st *alloc.State) func(netip.Addr) bool {

@@ -167,7 +167,7 @@ func updateSection(ctx context.Context, mgr *alloc.Manager, fn func(*alloc.State
 
 // Run is one pass: it reads IMDS, then does what RunWith does.
 func (w *Warmer) Run(ctx context.Context) error {
-	inst, err := Discover(ctx, w.MD)
+	inst, err := discoverFor(ctx, w.MD, w.Mgr)
 	if err != nil {
 		return errors.Join(err, w.Failed(ctx, err))
 	}
@@ -194,11 +194,7 @@ func (w *Warmer) RunWith(ctx context.Context, inst *section.Instance) error {
 // across an EC2 or IMDS call. short reports that the instance's limits
 // kept it from reaching its targets.
 func (w *Warmer) pass(ctx context.Context, inst *section.Instance) (short bool, err error) {
-	drift, err := w.observe(ctx, inst)
-	if err != nil {
-		return false, err
-	}
-	v, err := w.snapshot(ctx)
+	drift, v, err := w.observe(ctx, inst)
 	if err != nil {
 		return false, err
 	}

@@ -60,7 +60,7 @@ func (h *fakeHost) SetupENI(_ context.Context, e section.ENI) error {
 	return h.err
 }
 
-func newEnv(t *testing.T, cfg ec2fake.Config, wc section.WarmConfig) *env {
+func newEnv(t testing.TB, cfg ec2fake.Config, wc section.WarmConfig) *env {
 	t.Helper()
 	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDTEST")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
@@ -81,7 +81,7 @@ func newEnv(t *testing.T, cfg ec2fake.Config, wc section.WarmConfig) *env {
 
 func (e *env) clock() time.Time { return e.now }
 
-func (e *env) warm(t *testing.T) {
+func (e *env) warm(t testing.TB) {
 	t.Helper()
 	if err := e.w.Run(context.Background()); err != nil {
 		t.Fatalf("warm: %v\n%s", err, e.out)
