@@ -147,8 +147,12 @@ func ensureChain(ipt *iptables.IPTables, want [][]string) (changed []string, err
 		return nil, fmt.Errorf("look for chain %s: %w", Chain, err)
 	}
 	if !exists {
+		// Two first ADDs of a boot may race here: the other's chain is
+		// as good as ours.
 		if err := ipt.NewChain("mangle", Chain); err != nil {
-			return nil, fmt.Errorf("create chain %s: %w", Chain, err)
+			if again, _ := ipt.ChainExists("mangle", Chain); !again {
+				return nil, fmt.Errorf("create chain %s: %w", Chain, err)
+			}
 		}
 	}
 	same, err := holds(ipt, want)

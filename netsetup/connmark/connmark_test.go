@@ -268,3 +268,55 @@ func TestEnsureOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestIntact: the cheap look warm takes every pass says yes only when
+// Ensure would change nothing it can count: each piece taken away makes it
+// say no, and without iptables it says no rather than fail.
+func TestIntact(t *testing.T) {
+	node := nodeNS(t)
+	spec := Spec{PrimaryMAC: testMAC, VethPrefix: "eni"}
+	err := node.Do(func(ns.NetNS) error {
+		if ok, err := Intact(spec); err != nil || ok {
+			t.Errorf("Intact on a fresh node without the link: %v, %v; want false", ok, err)
+		}
+		primaryLink(t, "ens5")
+		if ok, err := Intact(spec); err != nil || ok {
+			t.Errorf("Intact before Ensure: %v, %v", ok, err)
+		}
+		if _, err := Ensure(spec); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := Intact(spec); err != nil || !ok {
+			t.Fatalf("Intact after Ensure: %v, %v", ok, err)
+		}
+		for _, c := range []struct {
+			what string
+			args []string
+		}{
+			{"flushed chain", []string{"iptables", "-t", "mangle", "-F", Chain}},
+			{"lost jump", []string{"iptables", "-t", "mangle", "-D", "PREROUTING", "-m", "comment", "--comment", comment, "-j", Chain}},
+			{"extra rule", []string{"iptables", "-t", "mangle", "-A", Chain, "-j", "RETURN"}},
+			{"lost ip rule", []string{"ip", "rule", "del", "priority", "1024"}},
+			{"strict rp_filter", []string{"sysctl", "-qw", "net.ipv4.conf.ens5.rp_filter=1"}},
+		} {
+			run(t, c.args...)
+			if ok, err := Intact(spec); err != nil || ok {
+				t.Errorf("%s: Intact %v, %v; want false", c.what, ok, err)
+			}
+			if _, err := Ensure(spec); err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := Intact(spec); err != nil || !ok {
+				t.Errorf("%s put back: Intact %v, %v", c.what, ok, err)
+			}
+		}
+		t.Setenv("PATH", t.TempDir())
+		if ok, err := Intact(spec); err != nil || ok {
+			t.Errorf("Intact without iptables: %v, %v; want false, no error", ok, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
