@@ -320,3 +320,51 @@ func TestIntact(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// BenchmarkSettled: what warm pays each pass on a settled node (Intact),
+// what the first ADD of a boot pays once it is set up (EnsureOnce), and
+// what the full Ensure costs.
+func BenchmarkSettled(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root")
+	}
+	node, err := testutils.NewNS()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { node.Close(); testutils.UnmountNS(node) }()
+	spec := Spec{PrimaryMAC: testMAC, VethPrefix: "eni"}
+	err = node.Do(func(ns.NetNS) error {
+		mac, _ := net.ParseMAC(testMAC)
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "ens5", HardwareAddr: mac}, PeerName: "ens5p"}); err != nil {
+			return err
+		}
+		_, err := Ensure(spec)
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		f    func() error
+	}{
+		{"Intact", func() error { _, err := Intact(spec); return err }},
+		{"EnsureOnce", func() error { _, err := EnsureOnce(spec); return err }},
+		{"Ensure", func() error { _, err := Ensure(spec); return err }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			err := node.Do(func(ns.NetNS) error {
+				for b.Loop() {
+					if err := c.f(); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
