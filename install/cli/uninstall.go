@@ -25,6 +25,7 @@ import (
 	"github.com/eni-cni/eni-cni/install"
 	"github.com/eni-cni/eni-cni/netconf"
 	"github.com/eni-cni/eni-cni/netsetup"
+	"github.com/eni-cni/eni-cni/netsetup/connmark"
 	"github.com/eni-cni/eni-cni/netsetup/snat"
 )
 
@@ -224,7 +225,7 @@ func waitWarmStep(stateDir string) install.Step {
 
 // networkSteps undo the kernel side in the node's network namespace:
 // host veths named like ours, the per-address policy rules at our
-// priorities, the ENI route tables, the SNAT chain.
+// priorities, the ENI route tables, the SNAT chain, the NodePort marking.
 func networkSteps(cfg *netconf.Config, st *alloc.State) ([]install.Step, error) {
 	var steps []install.Step
 	veths, err := netsetup.OurVeths(cfg.VethPrefix)
@@ -262,8 +263,8 @@ func networkSteps(cfg *netconf.Config, st *alloc.State) ([]install.Step, error) 
 		steps = append(steps, install.Step{Desc: fmt.Sprintf("flush route table %d (%d routes of a secondary ENI)", t, n),
 			Do: func(context.Context) error { return netsetup.FlushTable(t) }})
 	}
-	steps = append(steps, snatStep(cfg))
-	if len(steps) == 1 && steps[0].Do == nil {
+	steps = append(steps, snatStep(cfg), nodePortStep())
+	if !slices.ContainsFunc(steps, func(s install.Step) bool { return s.Do != nil }) {
 		steps = append(steps, install.Note("no eni-cni veths, rules or ENI tables in this network namespace"))
 	}
 	return steps, nil
@@ -303,6 +304,21 @@ func snatStep(cfg *netconf.Config) install.Step {
 	}
 	return install.Step{Desc: "remove iptables nat chain " + snat.Chain + " and its POSTROUTING jump",
 		Do: func(context.Context) error { _, err := snat.Remove(); return err }}
+}
+
+// nodePortStep removes the primary ENI's connection marking (warm and the
+// first ADD of a boot on a secondary ENI set it up): the mangle chain, its
+// jump and the fwmark rule. Without iptables only the rule can be there.
+func nodePortStep() install.Step {
+	present, err := connmark.Present()
+	switch {
+	case err != nil:
+		return install.Note("NodePort marking (chain %s, ip rule %d): cannot tell (%v)", connmark.Chain, connmark.RulePriority, err)
+	case !present:
+		return install.Note("absent NodePort marking (iptables mangle chain %s, ip rule %d)", connmark.Chain, connmark.RulePriority)
+	}
+	return install.Step{Desc: fmt.Sprintf("remove the NodePort marking: iptables mangle chain %s, its PREROUTING jump and ip rule %d", connmark.Chain, connmark.RulePriority),
+		Do: func(context.Context) error { _, err := connmark.Remove(); return err }}
 }
 
 // knownAddresses says which addresses are eni-cni's: the static ranges,
