@@ -16,13 +16,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gofrs/flock"
-
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/cmdline"
 	"github.com/eni-cni/eni-cni/ec2"
 	"github.com/eni-cni/eni-cni/ec2/section"
 	"github.com/eni-cni/eni-cni/install"
+	"github.com/eni-cni/eni-cni/lockfile"
 	"github.com/eni-cni/eni-cni/netconf"
 	"github.com/eni-cni/eni-cni/netsetup"
 	"github.com/eni-cni/eni-cni/netsetup/connmark"
@@ -34,6 +33,9 @@ type uninstallCmd struct {
 	layoutFlags
 	purge, force, noEC2 bool
 	stateDir            string
+	// warmLock, once waitWarmStep has it, is held until the process
+	// exits: no pass adds rules behind uninstall's back.
+	warmLock *lockfile.File
 }
 
 func parseUninstall(args []string, stderr io.Writer) (*uninstallCmd, error) {
@@ -140,7 +142,7 @@ func (c *uninstallCmd) plan(stdout io.Writer) (*install.Uninstall, error) {
 	if stateNote != "" {
 		u.Notes = append(u.Notes, install.Note("%s", stateNote))
 	}
-	u.Network = append(u.Network, waitWarmStep(c.l.In(c.l.StateDir)))
+	u.Network = append(u.Network, c.waitWarmStep(c.l.In(c.l.StateDir)))
 	net, err := networkSteps(ic.cfg, st)
 	if err != nil {
 		return nil, err
@@ -206,20 +208,26 @@ func readStateFile(p string) (*alloc.State, string) {
 
 // waitWarmStep waits for a warm pass that is still running (the timers
 // are stopped by now, but a pass started before may be adding addresses
-// and rules) and keeps its lock until the process exits.
-func waitWarmStep(stateDir string) install.Step {
-	p := filepath.Join(stateDir, "warm.lock")
-	if _, err := os.Stat(p); err != nil {
+// and rules) and keeps its lock until the process exits. The lock is
+// opened as warm opens it (lockfile): never through a symlink, never
+// created, never a FIFO.
+func (c *uninstallCmd) waitWarmStep(stateDir string) install.Step {
+	p := filepath.Join(stateDir, ec2.WarmLockName)
+	if _, err := os.Lstat(p); err != nil {
 		return install.Note("no warm pass to wait for")
 	}
 	return install.Step{Desc: "wait for a running warm pass to finish (" + p + ")", Do: func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, 2*ec2.WarmTimeout)
 		defer cancel()
-		ok, err := flock.New(p).TryLockContext(ctx, 200*time.Millisecond)
-		if err == nil && !ok {
-			err = errors.New("still locked")
+		f, err := lockfile.Open(p, os.O_RDONLY)
+		if err != nil {
+			return fmt.Errorf("open %s: %w", p, err)
 		}
-		return err
+		if err := f.LockContext(ctx); err != nil {
+			return err
+		}
+		c.warmLock = f
+		return nil
 	}}
 }
 
