@@ -3,8 +3,9 @@
 // "ec2"). It hands out the addresses `eni-cni warm` put in the store, checks
 // the store against the instance (IMDS) once a boot, readies an address's
 // ENI, SNAT and NodePort marking, and on a dry pool records the ADD's
-// demand, starts a warm pass and waits for it. It links neither the AWS SDK nor grpc (the lean
-// build carries it into every ADD): what needs them comes through Full.
+// demand, starts a warm pass and waits for it. It links neither the AWS
+// SDK nor grpc (the lean build carries it into every ADD): what needs them
+// comes through Full.
 package provider
 
 import (
