@@ -158,6 +158,29 @@ func TestRemoveTakesAHalfRemovedSetup(t *testing.T) {
 	}
 }
 
+// TestRemoveTakesEveryJump: two first ADDs of a boot racing in Ensure may
+// each insert the jump; a chain still jumped to cannot be deleted.
+func TestRemoveTakesEveryJump(t *testing.T) {
+	node := nodeNS(t)
+	err := node.Do(func(ns.NetNS) error {
+		primaryLink(t, "ens5")
+		if _, err := Ensure(Spec{PrimaryMAC: testMAC, VethPrefix: "eni"}); err != nil {
+			t.Fatal(err)
+		}
+		run(t, append([]string{"iptables", "-t", "mangle", "-I", "PREROUTING", "1"}, jump...)...)
+		if changed, err := Remove(); err != nil || !changed {
+			t.Errorf("Remove: changed %v, err %v", changed, err)
+		}
+		if m := run(t, "iptables", "-t", "mangle", "-S"); strings.Contains(m, Chain) {
+			t.Errorf("after Remove:\n%s", m)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestEnsureWithoutThePrimaryLink(t *testing.T) {
 	node := nodeNS(t)
 	err := node.Do(func(ns.NetNS) error {
