@@ -45,11 +45,6 @@ var ErrIO = errors.New("state file i/o")
 // pod veths. It is never "fixed" silently: the message says what to check.
 var ErrInsecure = errors.New("state path is not safe to trust")
 
-// LockOpenFlags are what callers that still open a lock file in the state
-// directory through gofrs/flock (warm.lock) give it: created if missing,
-// never through a symlink, never blocking on a FIFO. New code uses lockfile.
-const LockOpenFlags = os.O_CREATE | os.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK
-
 // maxStateSize bounds what Load reads: a node's state is tens of kilobytes
 // (about 300 bytes per allocation); anything near this is not ours.
 const maxStateSize = 64 << 20

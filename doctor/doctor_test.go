@@ -193,6 +193,27 @@ func TestSysctls(t *testing.T) {
 	want(t, checkRPFilter(e, &section.EC2{ENIs: src.ENIs[:1]}), Skip, "no secondary")
 }
 
+func TestNodePort(t *testing.T) {
+	e := ec2Env(t.TempDir())
+	want(t, checkNodePort(e, nil), Skip, "no ec2 store")
+	want(t, checkNodePort(e, src), Skip, "cannot check")
+	var asked string
+	missing := func(m ...string) func(string) ([]string, error) {
+		return func(mac string) ([]string, error) { asked = mac; return m, nil }
+	}
+	e.NodePort = missing()
+	want(t, checkNodePort(e, src), OK, "eni-0")
+	if asked != "0a:00:00:00:00:00" {
+		t.Errorf("checked the marking of %q, want the primary ENI's MAC", asked)
+	}
+	e.NodePort = missing("ip rule 1024: fwmark 0x80/0x80 lookup main")
+	want(t, checkNodePort(e, src), Fail, "lacks ip rule 1024")
+	want(t, checkNodePort(e, src), Fail, "run `eni-cni warm`; see docs/nodeport.md")
+	want(t, checkNodePort(e, &section.EC2{ENIs: src.ENIs[:1]}), Warn, "no secondary ENI in use yet")
+	e.NodePort = func(string) ([]string, error) { return nil, errors.New("no link with the primary ENI's MAC") }
+	want(t, checkNodePort(e, src), Skip, "no link")
+}
+
 func TestForwardPolicy(t *testing.T) {
 	e := ec2Env(t.TempDir())
 	list := func(rules ...string) func() ([]string, error) { return func() ([]string, error) { return rules, nil } }
@@ -436,7 +457,7 @@ func TestRunStatic(t *testing.T) {
 		names[r.Name] = r.Status
 	}
 	for _, n := range []string{"store", "imds", "ec2-permissions", "systemd-networkd", "amazon-ec2-net-utils", "NetworkManager",
-		"nm-cloud-setup", "udev-mac-policy", "ip_forward", "rp_filter", "iptables-forward", "cri", "wiring", "foreign-veths", "timer-gc", "kubelet-maxpods"} {
+		"nm-cloud-setup", "udev-mac-policy", "ip_forward", "rp_filter", "iptables-forward", "nodeport", "cri", "wiring", "foreign-veths", "timer-gc", "kubelet-maxpods"} {
 		if _, ok := names[n]; !ok {
 			t.Errorf("no %s check in %v", n, names)
 		}

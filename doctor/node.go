@@ -73,6 +73,32 @@ func checkRPFilter(e *Env, src *section.EC2) Result {
 	return ok(name, "loose or off on the %d secondary ENI links", len(enis))
 }
 
+// checkNodePort: without the primary ENI's connection marking, replies to
+// NodePort, hostPort and load-balancer traffic DNATed to a pod on a
+// secondary ENI leave by that ENI and the VPC drops them (docs/nodeport.md).
+func checkNodePort(e *Env, src *section.EC2) Result {
+	const name = "nodeport"
+	primary, found := src.PrimaryENI()
+	if !found {
+		return skip(name, "no ec2 store with the primary ENI")
+	}
+	if e.NodePort == nil {
+		return skip(name, "cannot check the NodePort marking here")
+	}
+	missing, err := e.NodePort(primary.MAC)
+	if err != nil {
+		return skip(name, "cannot check the NodePort marking: %v", err)
+	}
+	const fix = "run `eni-cni warm`; see docs/nodeport.md"
+	switch {
+	case len(missing) == 0:
+		return ok(name, "replies of connections entering %s leave by it (connection marking)", primary.ID)
+	case len(secondaryENIs(src)) == 0:
+		return warn(name, fix, "no secondary ENI in use yet, and the NodePort marking is not set up: %s", strings.Join(missing, "; "))
+	}
+	return fail(name, fix, "NodePort, hostPort and load balancers to pods on secondary ENIs time out: the node lacks %s", strings.Join(missing, "; "))
+}
+
 // checkForward: a FORWARD policy of DROP (Docker sets it) drops pod
 // traffic the node routes, unless rules accept it.
 func checkForward(e *Env) Result {

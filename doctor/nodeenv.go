@@ -13,6 +13,7 @@ import (
 	"github.com/eni-cni/eni-cni/gc"
 	"github.com/eni-cni/eni-cni/gc/cri"
 	"github.com/eni-cni/eni-cni/netconf"
+	"github.com/eni-cni/eni-cni/netsetup/connmark"
 )
 
 // NodeEnv wires the checks to this node: the network of cfg, its store,
@@ -51,6 +52,9 @@ func NodeEnv(cfg *netconf.Config, store alloc.Store, host gc.Host, root, proc, c
 	}
 	if ipt, err := iptables.NewWithProtocol(iptables.ProtocolIPv4); err == nil {
 		e.Forward = func() ([]string, error) { return ipt.List("filter", "FORWARD") }
+	}
+	e.NodePort = func(mac string) ([]string, error) {
+		return connmark.Check(connmark.Spec{PrimaryMAC: mac, VethPrefix: cfg.VethPrefix})
 	}
 	if fi, err := os.Stat("/run/systemd/system"); err == nil && fi.IsDir() && root == "/" {
 		e.UnitActive = func(unit string) bool {

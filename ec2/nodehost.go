@@ -4,19 +4,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2/section"
 	"github.com/eni-cni/eni-cni/netsetup"
+	"github.com/eni-cni/eni-cni/netsetup/connmark"
 )
 
 // NodeHost is the node side of warm (the Warmer's Host): it sets up the
 // ENIs warm attaches and re-asserts, every pass, each ENI's link and table
-// and each pod's rules.
+// and each pod's rules, and the primary ENI's connection marking
+// (netsetup/connmark: NodePort to pods on secondary ENIs).
 type NodeHost struct {
-	MTU  int
-	SNAT bool
+	MTU        int
+	SNAT       bool
+	VethPrefix string // the pods' host veth prefix, for the marking
 }
 
 func (h NodeHost) link(e section.ENI) netsetup.ENILink {
@@ -39,7 +43,15 @@ func (h NodeHost) Reassert(_ context.Context, enis []section.ENI, pods []alloc.A
 	for _, e := range enis {
 		byID[e.ID] = e
 		if e.Table() == 0 {
-			continue // the primary ENI is the node's own: its owner sets it up
+			// The primary ENI's link is the node's own: its owner sets it
+			// up. The marking that keeps NodePort replies on it is ours.
+			missing, repaired, err := h.nodePort(e)
+			rep.Missing = append(rep.Missing, missing...)
+			rep.Repaired = append(rep.Repaired, repaired...)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			continue
 		}
 		r, err := netsetup.ReassertENI(h.link(e))
 		switch {
@@ -65,4 +77,28 @@ func (h NodeHost) Reassert(_ context.Context, enis []section.ENI, pods []alloc.A
 	r, err := netsetup.ReassertPodRules(rules)
 	rep.Repaired = append(rep.Repaired, r...)
 	return rep, errors.Join(append(errs, err)...)
+}
+
+// nodePort keeps the primary ENI's connection marking in place. A settled
+// node costs one cheap look (connmark.Intact); the full Ensure runs only
+// when something is missing.
+func (h NodeHost) nodePort(e section.ENI) (missing, repaired []string, err error) {
+	spec := connmark.Spec{PrimaryMAC: e.MAC, VethPrefix: h.VethPrefix}
+	ok, err := connmark.Intact(spec)
+	if ok && err == nil {
+		return nil, nil, nil
+	}
+	var changed []string
+	if err == nil {
+		changed, err = connmark.Ensure(spec)
+	}
+	switch {
+	case errors.Is(err, connmark.ErrNoLink):
+		return []string{fmt.Sprintf("%s (%s)", e.ID, e.MAC)}, nil, nil
+	case err != nil:
+		return nil, nil, fmt.Errorf("nodeport marking on %s: %w", e.ID, err)
+	case len(changed) > 0:
+		return nil, []string{"nodeport: " + strings.Join(changed, ", ")}, nil
+	}
+	return nil, nil, nil
 }

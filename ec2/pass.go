@@ -9,11 +9,10 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/gofrs/flock"
-
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2/provider"
 	"github.com/eni-cni/eni-cni/ec2/section"
+	"github.com/eni-cni/eni-cni/lockfile"
 	"github.com/eni-cni/eni-cni/netconf"
 	"github.com/eni-cni/eni-cni/netsetup/snat"
 )
@@ -39,14 +38,19 @@ func WarmPass(cfg *netconf.Config, mgr *alloc.Manager, out io.Writer, calls *Cal
 	}
 	// One pass at a time per node: cron may start a pass while a slow one
 	// still runs, and two passes would both fill the same shortfall.
-	busy := flock.New(filepath.Join(cfg.StateDir, WarmLockName), flock.SetPermissions(0o600), flock.SetFlag(alloc.LockOpenFlags))
+	// lockfile: never through a symlink, never a FIFO, root's file only.
+	path := filepath.Join(cfg.StateDir, WarmLockName)
+	busy, err := lockfile.Open(path, os.O_CREATE|os.O_RDONLY)
+	if err != nil {
+		return false, fmt.Errorf("warm: lock %s: %w", path, err)
+	}
+	defer busy.Close()
 	if ok, err := busy.TryLock(); err != nil {
-		return false, fmt.Errorf("warm: lock %s: %w", busy.Path(), err)
+		return false, fmt.Errorf("warm: lock %s: %w", path, err)
 	} else if !ok {
-		fmt.Fprintf(out, "warm: another pass is running (%s); skipped\n", busy.Path())
+		fmt.Fprintf(out, "warm: another pass is running (%s); skipped\n", path)
 		return false, nil
 	}
-	defer busy.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), WarmTimeout)
 	defer cancel()
 	md := NewMetadataClient(cfg.IMDSEndpoint, MetadataOptions(cfg)...)
@@ -61,7 +65,7 @@ func WarmPass(cfg *netconf.Config, mgr *alloc.Manager, out io.Writer, calls *Cal
 	}
 	w := &Warmer{
 		Mgr: mgr, MD: md, API: NewAPI(cfg.EC2Endpoint, inst.Region(), md, calls.Option()),
-		Host: NodeHost{MTU: cfg.MTU, SNAT: cfg.SNAT}, Cfg: cfg.Warm, Out: out,
+		Host: NodeHost{MTU: cfg.MTU, SNAT: cfg.SNAT, VethPrefix: cfg.VethPrefix}, Cfg: cfg.Warm, Out: out,
 	}
 	err = w.RunWith(ctx, inst)
 	if serr := syncSNAT(ctx, cfg, mgr, out); serr != nil {

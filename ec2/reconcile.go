@@ -135,7 +135,9 @@ func (w *Warmer) reassertHost(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	enis := slices.DeleteFunc(slices.Clone(v.src.ENIs), func(e section.ENI) bool { return e.Unmanaged || e.Unverified })
+	// The primary ENI stays even when no_manage: NodePort traffic enters it
+	// whatever ENIs the pods are on.
+	enis := slices.DeleteFunc(slices.Clone(v.src.ENIs), func(e section.ENI) bool { return (e.Unmanaged && !e.Primary()) || e.Unverified })
 	r, err := w.Host.Reassert(ctx, enis, v.st.Allocations)
 	if len(r.Repaired) > 0 {
 		w.warn("the node had lost part of its setup, put back: %s", strings.Join(r.Repaired, "; "))

@@ -46,8 +46,8 @@ type HostENI interface {
 	SetupENI(ctx context.Context, e section.ENI) error
 	// Reassert puts back what the node should have and may have lost (a
 	// table flushed by systemd-networkd or amazon-ec2-net-utils, a link
-	// set down, a rule deleted): each secondary ENI's link and table, and
-	// each pod's rules. It reports what it had to repair and what it could
+	// set down, a rule deleted): each secondary ENI's link and table, each
+	// pod's rules, and the primary ENI's connection marking. It reports what it had to repair and what it could
 	// not find (an ENI's link not, or no longer, on the node).
 	Reassert(ctx context.Context, enis []section.ENI, pods []alloc.Allocation) (HostReport, error)
 }

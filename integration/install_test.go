@@ -337,8 +337,8 @@ func TestUninstallRemovesNodeNetworking(t *testing.T) {
 
 // TestUninstallEC2Node: a simulated EC2 node with a second ENI, pods on
 // both, SNAT on. Uninstall --force removes the pods' wiring, flushes the
-// ENI's route table, removes the SNAT chain and lists the ENI warm
-// created, read back from EC2 by its tag.
+// ENI's route table, removes the SNAT chain and the NodePort marking warm
+// set up, and lists the ENI warm created, read back from EC2 by its tag.
 func TestUninstallEC2Node(t *testing.T) {
 	if _, err := exec.LookPath("iptables"); err != nil {
 		t.Fatal("iptables not installed (scripts/install-test-deps.sh)")
@@ -392,7 +392,7 @@ func TestUninstallEC2Node(t *testing.T) {
 	if natHas(t, en.node, "ENI-CNI-SNAT") {
 		t.Error("the SNAT chain or its jump is still there")
 	}
-	for _, want := range []string{"flush route table " + strconv.Itoa(table), "remove iptables nat chain ENI-CNI-SNAT", sec.ID + "  in-use", "deleteOnTermination=true"} {
+	for _, want := range []string{"flush route table " + strconv.Itoa(table), "remove iptables nat chain ENI-CNI-SNAT", "remove the NodePort marking", sec.ID + "  in-use", "deleteOnTermination=true"} {
 		if !strings.Contains(string(o.stdout), want) {
 			t.Errorf("uninstall output lacks %q:\n%s", want, o.stdout)
 		}

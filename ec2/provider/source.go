@@ -2,9 +2,10 @@
 // on a network whose addresses come from the node's ENIs (pool.source
 // "ec2"). It hands out the addresses `eni-cni warm` put in the store, checks
 // the store against the instance (IMDS) once a boot, readies an address's
-// ENI and SNAT, and on a dry pool records the ADD's demand, starts a warm
-// pass and waits for it. It links neither the AWS SDK nor grpc (the lean
-// build carries it into every ADD): what needs them comes through Full.
+// ENI, SNAT and NodePort marking, and on a dry pool records the ADD's
+// demand, starts a warm pass and waits for it. It links neither the AWS
+// SDK nor grpc (the lean build carries it into every ADD): what needs them
+// comes through Full.
 package provider
 
 import (
@@ -19,6 +20,7 @@ import (
 	"github.com/eni-cni/eni-cni/ec2/section"
 	"github.com/eni-cni/eni-cni/netconf"
 	"github.com/eni-cni/eni-cni/netsetup"
+	"github.com/eni-cni/eni-cni/netsetup/connmark"
 	"github.com/eni-cni/eni-cni/netsetup/snat"
 )
 
@@ -72,7 +74,24 @@ func (s EC2) Prepare(ctx context.Context, a alloc.Allocation, sec *section.EC2) 
 	if err := netsetup.EnsureENI(link); err != nil {
 		return netsetup.Routing{}, fmt.Errorf("set up %s (%s) for %s: %w", e.ID, e.MAC, a.IP, err)
 	}
+	if err := s.ensureNodePort(sec); err != nil {
+		return netsetup.Routing{}, fmt.Errorf("nodeport marking for %s: %w", a.IP, err)
+	}
 	return s.routingOf(e), nil
+}
+
+// ensureNodePort sets up the primary ENI's connection marking for a pod on
+// a secondary ENI when no warm pass has yet in this boot (none of it
+// survives a reboot): a NodePort to the pod would otherwise answer through
+// the wrong ENI. Once set up it costs one rule dump (connmark.EnsureOnce);
+// warm keeps the rest in shape.
+func (s EC2) ensureNodePort(sec *section.EC2) error {
+	primary, ok := sec.PrimaryENI()
+	if !ok {
+		return fmt.Errorf("no primary ENI in the store")
+	}
+	_, err := connmark.EnsureOnce(connmark.Spec{PrimaryMAC: primary.MAC, VethPrefix: s.Cfg.VethPrefix})
+	return err
 }
 
 // ensureSNAT installs the SNAT chain on the first ADD of a boot when no

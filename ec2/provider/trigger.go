@@ -158,7 +158,17 @@ func openWarmLog(cfg *netconf.Config) (*os.File, error) {
 			os.Remove(path)
 		}
 	}
-	return os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	// A FIFO with a reader (or a device) opens: the pass's output must go
+	// to a file, as the plugin's own log does.
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("open warm log %s: not a regular file", path)
+	}
+	return f, nil
 }
 
 // writeIfChanged replaces path with data (atomicfile) unless it already

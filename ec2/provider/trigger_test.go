@@ -13,8 +13,8 @@ import (
 // TestWarmLogNoFollow: the log a spawned warm pass writes to (warm.log in
 // the state directory, or the plugin's logFile) is opened as the plugin's
 // own log is (logfile): never through a symlink, which would append root's
-// output to wherever it points, and never blocking on a FIFO, which would
-// hang the ADD that starts the pass.
+// output to wherever it points, never blocking on a FIFO, which would hang
+// the ADD that starts the pass, and only a regular file.
 func TestWarmLogNoFollow(t *testing.T) {
 	dir := t.TempDir()
 	target := filepath.Join(dir, "elsewhere")
@@ -57,6 +57,18 @@ func TestWarmLogNoFollow(t *testing.T) {
 			<-done
 			r.Close()
 		}
+	}
+
+	// With a reader on the FIFO the open succeeds: only the file type
+	// check keeps the pass's output out of it.
+	r, err := os.OpenFile(fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if f, err := openWarmLog(&netconf.Config{StateDir: dir, LogFile: fifo}); err == nil {
+		f.Close()
+		t.Error("a FIFO with a reader opened as warm's log")
 	}
 
 	cfg.LogFile = filepath.Join(dir, "plugin.log")

@@ -16,15 +16,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gofrs/flock"
-
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/cmdline"
 	"github.com/eni-cni/eni-cni/ec2"
 	"github.com/eni-cni/eni-cni/ec2/section"
 	"github.com/eni-cni/eni-cni/install"
+	"github.com/eni-cni/eni-cni/lockfile"
 	"github.com/eni-cni/eni-cni/netconf"
 	"github.com/eni-cni/eni-cni/netsetup"
+	"github.com/eni-cni/eni-cni/netsetup/connmark"
 	"github.com/eni-cni/eni-cni/netsetup/snat"
 )
 
@@ -33,6 +33,9 @@ type uninstallCmd struct {
 	layoutFlags
 	purge, force, noEC2 bool
 	stateDir            string
+	// warmLock, once waitWarmStep has it, is held until the process
+	// exits: no pass adds rules behind uninstall's back.
+	warmLock *lockfile.File
 }
 
 func parseUninstall(args []string, stderr io.Writer) (*uninstallCmd, error) {
@@ -139,7 +142,7 @@ func (c *uninstallCmd) plan(stdout io.Writer) (*install.Uninstall, error) {
 	if stateNote != "" {
 		u.Notes = append(u.Notes, install.Note("%s", stateNote))
 	}
-	u.Network = append(u.Network, waitWarmStep(c.l.In(c.l.StateDir)))
+	u.Network = append(u.Network, c.waitWarmStep(c.l.In(c.l.StateDir)))
 	net, err := networkSteps(ic.cfg, st)
 	if err != nil {
 		return nil, err
@@ -205,26 +208,32 @@ func readStateFile(p string) (*alloc.State, string) {
 
 // waitWarmStep waits for a warm pass that is still running (the timers
 // are stopped by now, but a pass started before may be adding addresses
-// and rules) and keeps its lock until the process exits.
-func waitWarmStep(stateDir string) install.Step {
-	p := filepath.Join(stateDir, "warm.lock")
-	if _, err := os.Stat(p); err != nil {
+// and rules) and keeps its lock until the process exits. The lock is
+// opened as warm opens it (lockfile): never through a symlink, never
+// created, never a FIFO.
+func (c *uninstallCmd) waitWarmStep(stateDir string) install.Step {
+	p := filepath.Join(stateDir, ec2.WarmLockName)
+	if _, err := os.Lstat(p); err != nil {
 		return install.Note("no warm pass to wait for")
 	}
 	return install.Step{Desc: "wait for a running warm pass to finish (" + p + ")", Do: func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, 2*ec2.WarmTimeout)
 		defer cancel()
-		ok, err := flock.New(p).TryLockContext(ctx, 200*time.Millisecond)
-		if err == nil && !ok {
-			err = errors.New("still locked")
+		f, err := lockfile.Open(p, os.O_RDONLY)
+		if err != nil {
+			return fmt.Errorf("open %s: %w", p, err)
 		}
-		return err
+		if err := f.LockContext(ctx); err != nil {
+			return err
+		}
+		c.warmLock = f
+		return nil
 	}}
 }
 
 // networkSteps undo the kernel side in the node's network namespace:
 // host veths named like ours, the per-address policy rules at our
-// priorities, the ENI route tables, the SNAT chain.
+// priorities, the ENI route tables, the SNAT chain, the NodePort marking.
 func networkSteps(cfg *netconf.Config, st *alloc.State) ([]install.Step, error) {
 	var steps []install.Step
 	veths, err := netsetup.OurVeths(cfg.VethPrefix)
@@ -262,8 +271,8 @@ func networkSteps(cfg *netconf.Config, st *alloc.State) ([]install.Step, error) 
 		steps = append(steps, install.Step{Desc: fmt.Sprintf("flush route table %d (%d routes of a secondary ENI)", t, n),
 			Do: func(context.Context) error { return netsetup.FlushTable(t) }})
 	}
-	steps = append(steps, snatStep(cfg))
-	if len(steps) == 1 && steps[0].Do == nil {
+	steps = append(steps, snatStep(cfg), nodePortStep())
+	if !slices.ContainsFunc(steps, func(s install.Step) bool { return s.Do != nil }) {
 		steps = append(steps, install.Note("no eni-cni veths, rules or ENI tables in this network namespace"))
 	}
 	return steps, nil
@@ -303,6 +312,21 @@ func snatStep(cfg *netconf.Config) install.Step {
 	}
 	return install.Step{Desc: "remove iptables nat chain " + snat.Chain + " and its POSTROUTING jump",
 		Do: func(context.Context) error { _, err := snat.Remove(); return err }}
+}
+
+// nodePortStep removes the primary ENI's connection marking (warm and the
+// first ADD of a boot on a secondary ENI set it up): the mangle chain, its
+// jump and the fwmark rule. Without iptables only the rule can be there.
+func nodePortStep() install.Step {
+	present, err := connmark.Present()
+	switch {
+	case err != nil:
+		return install.Note("NodePort marking (chain %s, ip rule %d): cannot tell (%v)", connmark.Chain, connmark.RulePriority, err)
+	case !present:
+		return install.Note("absent NodePort marking (iptables mangle chain %s, ip rule %d)", connmark.Chain, connmark.RulePriority)
+	}
+	return install.Step{Desc: fmt.Sprintf("remove the NodePort marking: iptables mangle chain %s, its PREROUTING jump and ip rule %d", connmark.Chain, connmark.RulePriority),
+		Do: func(context.Context) error { _, err := connmark.Remove(); return err }}
 }
 
 // knownAddresses says which addresses are eni-cni's: the static ranges,

@@ -147,8 +147,12 @@ func ensureChain(ipt *iptables.IPTables, want [][]string) (changed []string, err
 		return nil, fmt.Errorf("look for chain %s: %w", Chain, err)
 	}
 	if !exists {
+		// Two first ADDs of a boot may race here: the other's chain is
+		// as good as ours.
 		if err := ipt.NewChain("mangle", Chain); err != nil {
-			return nil, fmt.Errorf("create chain %s: %w", Chain, err)
+			if again, _ := ipt.ChainExists("mangle", Chain); !again {
+				return nil, fmt.Errorf("create chain %s: %w", Chain, err)
+			}
 		}
 	}
 	same, err := holds(ipt, want)
@@ -250,10 +254,20 @@ func removeChain() (bool, error) {
 	if !exists {
 		return false, nil
 	}
-	// DeleteIfExists: a jump without its chain cannot exist (iptables
-	// refuses it), a chain without its jump can (half an uninstall).
-	if err := ipt.DeleteIfExists("mangle", "PREROUTING", jump...); err != nil {
-		return true, fmt.Errorf("delete the PREROUTING jump: %w", err)
+	// Every jump: two first ADDs of a boot racing in Ensure may each have
+	// inserted one, and a chain still jumped to cannot be deleted. (A
+	// chain without its jump can be there: half an uninstall.)
+	for range 16 {
+		ok, err := ipt.Exists("mangle", "PREROUTING", jump...)
+		if err != nil {
+			return true, fmt.Errorf("look for the PREROUTING jump: %w", err)
+		}
+		if !ok {
+			break
+		}
+		if err := ipt.Delete("mangle", "PREROUTING", jump...); err != nil {
+			return true, fmt.Errorf("delete the PREROUTING jump: %w", err)
+		}
 	}
 	if err := ipt.ClearAndDeleteChain("mangle", Chain); err != nil {
 		return true, fmt.Errorf("delete chain %s: %w", Chain, err)

@@ -158,6 +158,29 @@ func TestRemoveTakesAHalfRemovedSetup(t *testing.T) {
 	}
 }
 
+// TestRemoveTakesEveryJump: two first ADDs of a boot racing in Ensure may
+// each insert the jump; a chain still jumped to cannot be deleted.
+func TestRemoveTakesEveryJump(t *testing.T) {
+	node := nodeNS(t)
+	err := node.Do(func(ns.NetNS) error {
+		primaryLink(t, "ens5")
+		if _, err := Ensure(Spec{PrimaryMAC: testMAC, VethPrefix: "eni"}); err != nil {
+			t.Fatal(err)
+		}
+		run(t, append([]string{"iptables", "-t", "mangle", "-I", "PREROUTING", "1"}, jump...)...)
+		if changed, err := Remove(); err != nil || !changed {
+			t.Errorf("Remove: changed %v, err %v", changed, err)
+		}
+		if m := run(t, "iptables", "-t", "mangle", "-S"); strings.Contains(m, Chain) {
+			t.Errorf("after Remove:\n%s", m)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestEnsureWithoutThePrimaryLink(t *testing.T) {
 	node := nodeNS(t)
 	err := node.Do(func(ns.NetNS) error {
@@ -266,5 +289,105 @@ func TestEnsureOnce(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestIntact: the cheap look warm takes every pass says yes only when
+// Ensure would change nothing it can count: each piece taken away makes it
+// say no, and without iptables it says no rather than fail.
+func TestIntact(t *testing.T) {
+	node := nodeNS(t)
+	spec := Spec{PrimaryMAC: testMAC, VethPrefix: "eni"}
+	err := node.Do(func(ns.NetNS) error {
+		if ok, err := Intact(spec); err != nil || ok {
+			t.Errorf("Intact on a fresh node without the link: %v, %v; want false", ok, err)
+		}
+		primaryLink(t, "ens5")
+		if ok, err := Intact(spec); err != nil || ok {
+			t.Errorf("Intact before Ensure: %v, %v", ok, err)
+		}
+		if _, err := Ensure(spec); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := Intact(spec); err != nil || !ok {
+			t.Fatalf("Intact after Ensure: %v, %v", ok, err)
+		}
+		for _, c := range []struct {
+			what string
+			args []string
+		}{
+			{"flushed chain", []string{"iptables", "-t", "mangle", "-F", Chain}},
+			{"lost jump", []string{"iptables", "-t", "mangle", "-D", "PREROUTING", "-m", "comment", "--comment", comment, "-j", Chain}},
+			{"extra rule", []string{"iptables", "-t", "mangle", "-A", Chain, "-j", "RETURN"}},
+			{"lost ip rule", []string{"ip", "rule", "del", "priority", "1024"}},
+			{"strict rp_filter", []string{"sysctl", "-qw", "net.ipv4.conf.ens5.rp_filter=1"}},
+		} {
+			run(t, c.args...)
+			if ok, err := Intact(spec); err != nil || ok {
+				t.Errorf("%s: Intact %v, %v; want false", c.what, ok, err)
+			}
+			if _, err := Ensure(spec); err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := Intact(spec); err != nil || !ok {
+				t.Errorf("%s put back: Intact %v, %v", c.what, ok, err)
+			}
+		}
+		t.Setenv("PATH", t.TempDir())
+		if ok, err := Intact(spec); err != nil || ok {
+			t.Errorf("Intact without iptables: %v, %v; want false, no error", ok, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// BenchmarkSettled: what warm pays each pass on a settled node (Intact),
+// what the first ADD of a boot pays once it is set up (EnsureOnce), and
+// what the full Ensure costs.
+func BenchmarkSettled(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root")
+	}
+	node, err := testutils.NewNS()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { node.Close(); testutils.UnmountNS(node) }()
+	spec := Spec{PrimaryMAC: testMAC, VethPrefix: "eni"}
+	err = node.Do(func(ns.NetNS) error {
+		mac, _ := net.ParseMAC(testMAC)
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "ens5", HardwareAddr: mac}, PeerName: "ens5p"}); err != nil {
+			return err
+		}
+		_, err := Ensure(spec)
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		f    func() error
+	}{
+		{"Intact", func() error { _, err := Intact(spec); return err }},
+		{"EnsureOnce", func() error { _, err := EnsureOnce(spec); return err }},
+		{"Ensure", func() error { _, err := Ensure(spec); return err }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			err := node.Do(func(ns.NetNS) error {
+				for b.Loop() {
+					if err := c.f(); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		})
 	}
 }

@@ -1,0 +1,58 @@
+package connmark
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+)
+
+// Intact says, cheaply, whether what Ensure makes looks in place: the
+// fwmark rule (one rule dump), loose rp_filter on the primary link (a link
+// dump and a file read), and in one `iptables -S` of the mangle table the
+// chain's number of rules and the jump. warm runs it every pass and Ensure
+// (six iptables execs) only when it says no, so a settled node pays one
+// exec for a flushed mangle table to heal. It counts, it does not compare:
+// a rule edited in place is Check's and Ensure's to find. Without iptables
+// it says no (Ensure then reports why it cannot run).
+func Intact(s Spec) (bool, error) {
+	if err := s.valid(); err != nil {
+		return false, err
+	}
+	rules, err := ourRules()
+	if err != nil || !hasRule(rules, s.mark()) {
+		return false, err
+	}
+	primary, err := linkNameByMAC(s.PrimaryMAC)
+	if err != nil || rpFilter(primary) != "2" {
+		return false, err
+	}
+	var out bytes.Buffer
+	cmd := exec.Command("iptables", "--wait", "-t", "mangle", "-S")
+	cmd.Stdout = &out
+	if err := cmd.Run(); err != nil {
+		var exit *exec.ExitError
+		if errors.Is(err, exec.ErrNotFound) || errors.As(err, &exit) {
+			return false, nil
+		}
+		return false, fmt.Errorf("list the mangle table: %w", err)
+	}
+	return holdsText(out.String(), len(Rules(s, primary))), nil
+}
+
+// holdsText reads `iptables -t mangle -S`: Chain has n rules and
+// PREROUTING jumps to it.
+func holdsText(table string, n int) bool {
+	have, jumps := 0, false
+	for line := range strings.Lines(table) {
+		line = strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(line, "-A "+Chain+" "):
+			have++
+		case strings.HasPrefix(line, "-A PREROUTING ") && strings.HasSuffix(line, "-j "+Chain):
+			jumps = true
+		}
+	}
+	return have == n && jumps
+}
