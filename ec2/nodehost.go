@@ -45,9 +45,13 @@ func (h NodeHost) Reassert(_ context.Context, enis []section.ENI, pods []alloc.A
 		if e.Table() == 0 {
 			// The primary ENI's link is the node's own: its owner sets it
 			// up. The marking that keeps NodePort replies on it is ours.
-			missing, repaired, err := h.nodePort(e)
+			missing, made, fresh, err := h.nodePort(e)
 			rep.Missing = append(rep.Missing, missing...)
-			rep.Repaired = append(rep.Repaired, repaired...)
+			if fresh {
+				rep.SetUp = append(rep.SetUp, made...)
+			} else {
+				rep.Repaired = append(rep.Repaired, made...)
+			}
 			if err != nil {
 				errs = append(errs, err)
 			}
@@ -81,24 +85,28 @@ func (h NodeHost) Reassert(_ context.Context, enis []section.ENI, pods []alloc.A
 
 // nodePort keeps the primary ENI's connection marking in place. A settled
 // node costs one cheap look (connmark.Intact); the full Ensure runs only
-// when something is missing.
-func (h NodeHost) nodePort(e section.ENI) (missing, repaired []string, err error) {
+// when something is missing. fresh says none of it was on the node before
+// (a new node, or one just upgraded): set up, not lost, so the pass does
+// not warn an operator of a repair on every fresh install.
+func (h NodeHost) nodePort(e section.ENI) (missing, made []string, fresh bool, err error) {
 	spec := connmark.Spec{PrimaryMAC: e.MAC, VethPrefix: h.VethPrefix}
 	ok, err := connmark.Intact(spec)
 	if ok && err == nil {
-		return nil, nil, nil
+		return nil, nil, false, nil
 	}
 	var changed []string
 	if err == nil {
+		present, perr := connmark.Present()
+		fresh = perr == nil && !present
 		changed, err = connmark.Ensure(spec)
 	}
 	switch {
 	case errors.Is(err, connmark.ErrNoLink):
-		return []string{fmt.Sprintf("%s (%s)", e.ID, e.MAC)}, nil, nil
+		return []string{fmt.Sprintf("%s (%s)", e.ID, e.MAC)}, nil, false, nil
 	case err != nil:
-		return nil, nil, fmt.Errorf("nodeport marking on %s: %w", e.ID, err)
+		return nil, nil, false, fmt.Errorf("nodeport marking on %s: %w", e.ID, err)
 	case len(changed) > 0:
-		return nil, []string{"nodeport: " + strings.Join(changed, ", ")}, nil
+		return nil, []string{"nodeport: " + strings.Join(changed, ", ")}, fresh, nil
 	}
-	return nil, nil, nil
+	return nil, nil, false, nil
 }

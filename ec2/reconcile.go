@@ -139,6 +139,9 @@ func (w *Warmer) reassertHost(ctx context.Context) error {
 	// whatever ENIs the pods are on.
 	enis := slices.DeleteFunc(slices.Clone(v.src.ENIs), func(e section.ENI) bool { return (e.Unmanaged && !e.Primary()) || e.Unverified })
 	r, err := w.Host.Reassert(ctx, enis, v.st.Allocations)
+	if len(r.SetUp) > 0 {
+		w.say("set up %s", strings.Join(r.SetUp, "; "))
+	}
 	if len(r.Repaired) > 0 {
 		w.warn("the node had lost part of its setup, put back: %s", strings.Join(r.Repaired, "; "))
 	}

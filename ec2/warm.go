@@ -55,6 +55,7 @@ type HostENI interface {
 // HostReport is what Reassert found.
 type HostReport struct {
 	Repaired []string // what was put back
+	SetUp    []string // what was made for the first time (nothing of it was there)
 	Missing  []string // ENIs whose link is not on the node
 }
 
