@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
@@ -389,5 +390,67 @@ func BenchmarkSettled(b *testing.B) {
 				b.Fatal(err)
 			}
 		})
+	}
+}
+
+// lockedIptables is an iptables-legacy while another process holds the
+// xtables lock: `--wait N` gives up after N seconds (exit 4), a bare
+// `--wait` waits as long as the holder keeps it (here a minute).
+const lockedIptables = `#!/bin/sh
+case "$1" in --version) echo 'iptables v1.8.9 (legacy)'; exit 0;; esac
+n=; prev=
+for a; do
+	if [ "$prev" = --wait ]; then case "$a" in [0-9]*) n=$a;; esac; fi
+	prev=$a
+done
+if [ -n "$n" ]; then
+	sleep "$n"
+	echo "Another app is currently holding the xtables lock. Stopped waiting after ${n}s." >&2
+	exit 4
+fi
+exec sleep 60
+`
+
+// TestLockWaitBounded: warm's Intact and Ensure (and uninstall's Remove)
+// give up on an xtables lock held by someone else, as kube-proxy holds it
+// for seconds and a stuck holder for ever: a warm pass that waited for
+// ever would keep warm.lock, and no later pass would fill the pool.
+func TestLockWaitBounded(t *testing.T) {
+	node := nodeNS(t)
+	spec := Spec{PrimaryMAC: testMAC, VethPrefix: "eni"}
+	err := node.Do(func(ns.NetNS) error {
+		primaryLink(t, "ens5")
+		if _, err := Ensure(spec); err != nil {
+			t.Fatal(err)
+		}
+		bin := t.TempDir()
+		if err := os.WriteFile(bin+"/iptables", []byte(lockedIptables), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+		for _, c := range []struct {
+			name string
+			fn   func() error
+		}{
+			{"Intact", func() error { _, err := Intact(spec); return err }},
+			{"Ensure", func() error { _, err := Ensure(spec); return err }},
+			{"Remove", func() error { _, err := Remove(); return err }},
+		} {
+			start := time.Now()
+			done := make(chan error, 1)
+			// Its own thread in the node's namespace: node.Do holds only
+			// this one.
+			go func() { done <- node.Do(func(ns.NetNS) error { return c.fn() }) }()
+			select {
+			case err := <-done:
+				t.Logf("%s with the lock held: %v after %s", c.name, err, time.Since(start).Round(time.Millisecond))
+			case <-time.After(30 * time.Second):
+				t.Errorf("%s still waiting for the xtables lock after 30 s", c.name)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
