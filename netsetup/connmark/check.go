@@ -1,10 +1,6 @@
 package connmark
 
-import (
-	"fmt"
-
-	"github.com/coreos/go-iptables/iptables"
-)
+import "fmt"
 
 // Check lists what the node lacks of Spec, in words for `eni-cni doctor`
 // (nothing when all is in place). It changes nothing. An error means it
@@ -17,7 +13,7 @@ func Check(s Spec) (missing []string, err error) {
 	if err != nil {
 		return nil, err
 	}
-	ipt, err := iptables.NewWithProtocol(iptables.ProtocolIPv4)
+	ipt, err := newIPTables()
 	if err != nil {
 		return nil, fmt.Errorf("iptables: %w", err)
 	}

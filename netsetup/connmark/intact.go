@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"strconv"
 	"strings"
 )
 
@@ -29,7 +30,7 @@ func Intact(s Spec) (bool, error) {
 		return false, err
 	}
 	var out bytes.Buffer
-	cmd := exec.Command("iptables", "--wait", "-t", "mangle", "-S")
+	cmd := exec.Command("iptables", "--wait", strconv.Itoa(lockWait), "-t", "mangle", "-S")
 	cmd.Stdout = &out
 	if err := cmd.Run(); err != nil {
 		var exit *exec.ExitError
