@@ -122,7 +122,7 @@ func (n NodeWarm) spawnWarm(cfg *netconf.Config) (string, error) {
 	if err := writeIfChanged(confPath, cfg.Raw); err != nil {
 		return "", fmt.Errorf("start eni-cni warm: %w", err)
 	}
-	out, err := openWarmLog(cfg)
+	out, err := warmLog(cfg)
 	if err != nil {
 		return "", fmt.Errorf("start eni-cni warm: %w", err)
 	}
@@ -144,6 +144,11 @@ func (n NodeWarm) spawnWarm(cfg *netconf.Config) (string, error) {
 	// processAlive). When the ADD ends first, whoever inherits it reaps it.
 	go cmd.Wait() //nolint:errcheck // its outcome is in the store and its log
 	return fmt.Sprintf("process %d (eni-cni warm --config %s)", pid, confPath), nil
+}
+
+// warmLog is where a spawned pass writes.
+func warmLog(cfg *netconf.Config) (*os.File, error) {
+	return openWarmLog(cfg)
 }
 
 // openWarmLog opens the log a spawned pass writes to as the plugin's own
