@@ -146,9 +146,17 @@ func (n NodeWarm) spawnWarm(cfg *netconf.Config) (string, error) {
 	return fmt.Sprintf("process %d (eni-cni warm --config %s)", pid, confPath), nil
 }
 
-// warmLog is where a spawned pass writes.
+// warmLog is where a spawned pass writes: the plugin's log file, or, when
+// that cannot be opened as a log (/dev/null, a FIFO: the plugin's own
+// logger then writes to stderr), warm.log in the state directory. The
+// pass's output may go elsewhere; the pass must start, or the ADDs
+// waiting on a dry pool fail.
 func warmLog(cfg *netconf.Config) (*os.File, error) {
-	return openWarmLog(cfg)
+	f, err := openWarmLog(cfg)
+	if err != nil && cfg.LogFile != "" {
+		return openWarmLog(&netconf.Config{StateDir: cfg.StateDir})
+	}
+	return f, err
 }
 
 // openWarmLog opens the log a spawned pass writes to as the plugin's own
