@@ -454,3 +454,38 @@ func TestLockWaitBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestIntactSeesWhatTheChainNames: the chain names the primary link and the
+// pods' veth prefix; when either changes (hostVethPrefix changed in the
+// config, the primary link renamed) the chain no longer marks anything, and
+// Intact must say so, or warm never runs the Ensure that rewrites it.
+func TestIntactSeesWhatTheChainNames(t *testing.T) {
+	node := nodeNS(t)
+	spec := Spec{PrimaryMAC: testMAC, VethPrefix: "eni"}
+	err := node.Do(func(ns.NetNS) error {
+		primaryLink(t, "ens5")
+		if _, err := Ensure(spec); err != nil {
+			t.Fatal(err)
+		}
+		other := spec
+		other.VethPrefix = "veth"
+		if ok, err := Intact(other); err != nil || ok {
+			t.Errorf("Intact with veth prefix %q, the chain made for %q: %v, %v; want false", other.VethPrefix, spec.VethPrefix, ok, err)
+		}
+		if _, err := Ensure(other); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := Intact(other); err != nil || !ok {
+			t.Errorf("Intact after Ensure with prefix %q: %v, %v", other.VethPrefix, ok, err)
+		}
+		run(t, "ip", "link", "set", "ens5", "name", "ens6")
+		run(t, "sysctl", "-qw", "net.ipv4.conf.ens6.rp_filter=2")
+		if ok, err := Intact(other); err != nil || ok {
+			t.Errorf("Intact with the primary link renamed ens6, the chain made for ens5: %v, %v; want false", ok, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
