@@ -489,3 +489,42 @@ func TestIntactSeesWhatTheChainNames(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRPFilterOffLeftOff: the kernel filters by the higher of the link's
+// and "all"'s rp_filter; with both 0 nothing is filtered and NodePort
+// needs nothing more. Ensure must not tighten a node's choice to 2, and
+// Intact and Check must not count it as missing.
+func TestRPFilterOffLeftOff(t *testing.T) {
+	node := nodeNS(t)
+	spec := Spec{PrimaryMAC: testMAC, VethPrefix: "eni"}
+	err := node.Do(func(ns.NetNS) error {
+		primaryLink(t, "ens5")
+		run(t, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.ens5.rp_filter=0")
+		changed, err := Ensure(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := strings.TrimSpace(run(t, "sysctl", "-n", "net.ipv4.conf.ens5.rp_filter")); v != "0" {
+			t.Errorf("Ensure set rp_filter %s on ens5 (changed %q); want it left at 0", v, changed)
+		}
+		assertClean(t, spec, "with rp_filter off")
+		if ok, err := Intact(spec); err != nil || !ok {
+			t.Errorf("Intact with rp_filter off: %v, %v", ok, err)
+		}
+		// "all" strict makes the link's 0 strict: then it is missing.
+		run(t, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=1")
+		if ok, err := Intact(spec); err != nil || ok {
+			t.Errorf("Intact with all.rp_filter 1 and ens5 0: %v, %v; want false", ok, err)
+		}
+		if _, err := Ensure(spec); err != nil {
+			t.Fatal(err)
+		}
+		if v := strings.TrimSpace(run(t, "sysctl", "-n", "net.ipv4.conf.ens5.rp_filter")); v != "2" {
+			t.Errorf("Ensure with all.rp_filter 1: ens5 rp_filter %s; want 2", v)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
