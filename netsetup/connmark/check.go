@@ -42,8 +42,8 @@ func Check(s Spec) (missing []string, err error) {
 	if m := s.mark(); !hasRule(rules, m) {
 		missing = append(missing, fmt.Sprintf("ip rule %d: fwmark %#x/%#x lookup main", RulePriority, m, m))
 	}
-	if v := rpFilter(primary); v != "2" {
-		missing = append(missing, fmt.Sprintf("loose rp_filter on %s (is %s)", primary, v))
+	if !rpFilterOK(primary) {
+		missing = append(missing, fmt.Sprintf("loose rp_filter on %s (is %s, all %s)", primary, rpFilter(primary), rpFilter("all")))
 	}
 	return missing, nil
 }

@@ -28,7 +28,7 @@ func Intact(s Spec) (bool, error) {
 		return false, err
 	}
 	primary, err := linkNameByMAC(s.PrimaryMAC)
-	if err != nil || rpFilter(primary) != "2" {
+	if err != nil || !rpFilterOK(primary) {
 		return false, err
 	}
 	var out bytes.Buffer
