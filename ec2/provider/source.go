@@ -74,24 +74,46 @@ func (s EC2) Prepare(ctx context.Context, a alloc.Allocation, sec *section.EC2) 
 	if err := netsetup.EnsureENI(link); err != nil {
 		return netsetup.Routing{}, fmt.Errorf("set up %s (%s) for %s: %w", e.ID, e.MAC, a.IP, err)
 	}
-	if err := s.ensureNodePort(sec); err != nil {
-		return netsetup.Routing{}, fmt.Errorf("nodeport marking for %s: %w", a.IP, err)
-	}
+	s.ensureNodePort(ctx, a, sec)
 	return s.routingOf(e), nil
 }
+
+// nodePortWait bounds what setting up the NodePort marking may add to an
+// ADD: iptables waits for the xtables lock as long as another process
+// (kube-proxy, for seconds on a big cluster) holds it.
+const nodePortWait = 5 * time.Second
 
 // ensureNodePort sets up the primary ENI's connection marking for a pod on
 // a secondary ENI when no warm pass has yet in this boot (none of it
 // survives a reboot): a NodePort to the pod would otherwise answer through
 // the wrong ENI. Once set up it costs one rule dump (connmark.EnsureOnce);
-// warm keeps the rest in shape.
-func (s EC2) ensureNodePort(sec *section.EC2) error {
+// warm keeps the rest in shape. It never fails the ADD, nor holds it past
+// nodePortWait: only NodePort replies to the pod need the marking, and
+// without iptables, or with the xtables lock held, a failed ADD would keep
+// the pod from starting at all. The next ADD or warm pass tries again.
+func (s EC2) ensureNodePort(ctx context.Context, a alloc.Allocation, sec *section.EC2) {
 	primary, ok := sec.PrimaryENI()
 	if !ok {
-		return fmt.Errorf("no primary ENI in the store")
+		s.Cfg.Logger().Warn("nodeport marking not set up: no primary ENI in the store", "ip", a.IP.String())
+		return
 	}
-	_, err := connmark.EnsureOnce(connmark.Spec{PrimaryMAC: primary.MAC, VethPrefix: s.Cfg.VethPrefix})
-	return err
+	ctx, cancel := context.WithTimeout(ctx, nodePortWait)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := connmark.EnsureOnce(connmark.Spec{PrimaryMAC: primary.MAC, VethPrefix: s.Cfg.VethPrefix})
+		done <- err
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("gave up waiting for iptables (the xtables lock held?): %w", ctx.Err())
+	}
+	if err != nil {
+		s.Cfg.Logger().Warn("nodeport marking not set up: NodePort replies to pods on secondary ENIs leave by the wrong ENI until an ADD or warm pass sets it up",
+			"ip", a.IP.String(), "err", err)
+	}
 }
 
 // ensureSNAT installs the SNAT chain on the first ADD of a boot when no

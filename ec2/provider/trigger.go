@@ -122,7 +122,7 @@ func (n NodeWarm) spawnWarm(cfg *netconf.Config) (string, error) {
 	if err := writeIfChanged(confPath, cfg.Raw); err != nil {
 		return "", fmt.Errorf("start eni-cni warm: %w", err)
 	}
-	out, err := openWarmLog(cfg)
+	out, err := warmLog(cfg)
 	if err != nil {
 		return "", fmt.Errorf("start eni-cni warm: %w", err)
 	}
@@ -144,6 +144,19 @@ func (n NodeWarm) spawnWarm(cfg *netconf.Config) (string, error) {
 	// processAlive). When the ADD ends first, whoever inherits it reaps it.
 	go cmd.Wait() //nolint:errcheck // its outcome is in the store and its log
 	return fmt.Sprintf("process %d (eni-cni warm --config %s)", pid, confPath), nil
+}
+
+// warmLog is where a spawned pass writes: the plugin's log file, or, when
+// that cannot be opened as a log (/dev/null, a FIFO: the plugin's own
+// logger then writes to stderr), warm.log in the state directory. The
+// pass's output may go elsewhere; the pass must start, or the ADDs
+// waiting on a dry pool fail.
+func warmLog(cfg *netconf.Config) (*os.File, error) {
+	f, err := openWarmLog(cfg)
+	if err != nil && cfg.LogFile != "" {
+		return openWarmLog(&netconf.Config{StateDir: cfg.StateDir})
+	}
+	return f, err
 }
 
 // openWarmLog opens the log a spawned pass writes to as the plugin's own

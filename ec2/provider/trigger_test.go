@@ -78,3 +78,19 @@ func TestWarmLogNoFollow(t *testing.T) {
 	}
 	f.Close()
 }
+
+// TestWarmLogFallsBack: a logFile the plugin cannot log to (/dev/null, a
+// FIFO) sends the plugin's own log to stderr; the pass an ADD starts must
+// still start, with its output in warm.log in the state directory. A dry
+// pool whose pass cannot start fails every ADD waiting on it.
+func TestWarmLogFallsBack(t *testing.T) {
+	dir := t.TempDir()
+	f, err := warmLog(&netconf.Config{StateDir: dir, LogFile: os.DevNull})
+	if err != nil {
+		t.Fatalf("warm's log with logFile %s: %v", os.DevNull, err)
+	}
+	defer f.Close()
+	if f.Name() != filepath.Join(dir, warmLogName) {
+		t.Errorf("warm's log with logFile %s is %s; want %s", os.DevNull, f.Name(), filepath.Join(dir, warmLogName))
+	}
+}

@@ -1,10 +1,6 @@
 package connmark
 
-import (
-	"fmt"
-
-	"github.com/coreos/go-iptables/iptables"
-)
+import "fmt"
 
 // Check lists what the node lacks of Spec, in words for `eni-cni doctor`
 // (nothing when all is in place). It changes nothing. An error means it
@@ -17,7 +13,7 @@ func Check(s Spec) (missing []string, err error) {
 	if err != nil {
 		return nil, err
 	}
-	ipt, err := iptables.NewWithProtocol(iptables.ProtocolIPv4)
+	ipt, err := newIPTables()
 	if err != nil {
 		return nil, fmt.Errorf("iptables: %w", err)
 	}
@@ -46,8 +42,8 @@ func Check(s Spec) (missing []string, err error) {
 	if m := s.mark(); !hasRule(rules, m) {
 		missing = append(missing, fmt.Sprintf("ip rule %d: fwmark %#x/%#x lookup main", RulePriority, m, m))
 	}
-	if v := rpFilter(primary); v != "2" {
-		missing = append(missing, fmt.Sprintf("loose rp_filter on %s (is %s)", primary, v))
+	if !rpFilterOK(primary) {
+		missing = append(missing, fmt.Sprintf("loose rp_filter on %s (is %s, all %s)", primary, rpFilter(primary), rpFilter("all")))
 	}
 	return missing, nil
 }

@@ -87,6 +87,17 @@ func Rules(s Spec, primary string) [][]string {
 	}
 }
 
+// lockWait is how long, in seconds, iptables waits for the xtables lock
+// (iptables-legacy; iptables-nft takes none) before it gives up with exit
+// 4. kube-proxy holds it for seconds, a stuck holder for ever: warm must
+// not keep warm.lock that long (no later pass would fill the pool), nor an
+// ADD its pod. The next pass tries again.
+const lockWait = 5
+
+func newIPTables() (*iptables.IPTables, error) {
+	return iptables.New(iptables.IPFamily(iptables.ProtocolIPv4), iptables.Timeout(lockWait))
+}
+
 var jump = []string{"-m", "comment", "--comment", comment, "-j", Chain}
 
 // Ensure makes the node hold the chain, its jump, the fwmark rule and loose
@@ -101,7 +112,7 @@ func Ensure(s Spec) (changed []string, err error) {
 	if err != nil {
 		return nil, err
 	}
-	ipt, err := iptables.NewWithProtocol(iptables.ProtocolIPv4)
+	ipt, err := newIPTables()
 	if err != nil {
 		return nil, fmt.Errorf("iptables: %w", err)
 	}
@@ -221,7 +232,7 @@ func Present() (bool, error) {
 	if err != nil || len(rules) > 0 {
 		return len(rules) > 0, err
 	}
-	ipt, err := iptables.NewWithProtocol(iptables.ProtocolIPv4)
+	ipt, err := newIPTables()
 	if err != nil {
 		return false, nil
 	}
@@ -243,7 +254,7 @@ func Remove() (changed bool, err error) {
 }
 
 func removeChain() (bool, error) {
-	ipt, err := iptables.NewWithProtocol(iptables.ProtocolIPv4)
+	ipt, err := newIPTables()
 	if err != nil {
 		return false, nil // no iptables, no chain of ours
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
@@ -389,5 +390,141 @@ func BenchmarkSettled(b *testing.B) {
 				b.Fatal(err)
 			}
 		})
+	}
+}
+
+// lockedIptables is an iptables-legacy while another process holds the
+// xtables lock: `--wait N` gives up after N seconds (exit 4), a bare
+// `--wait` waits as long as the holder keeps it (here a minute).
+const lockedIptables = `#!/bin/sh
+case "$1" in --version) echo 'iptables v1.8.9 (legacy)'; exit 0;; esac
+n=; prev=
+for a; do
+	if [ "$prev" = --wait ]; then case "$a" in [0-9]*) n=$a;; esac; fi
+	prev=$a
+done
+if [ -n "$n" ]; then
+	sleep "$n"
+	echo "Another app is currently holding the xtables lock. Stopped waiting after ${n}s." >&2
+	exit 4
+fi
+exec sleep 60
+`
+
+// TestLockWaitBounded: warm's Intact and Ensure (and uninstall's Remove)
+// give up on an xtables lock held by someone else, as kube-proxy holds it
+// for seconds and a stuck holder for ever: a warm pass that waited for
+// ever would keep warm.lock, and no later pass would fill the pool.
+func TestLockWaitBounded(t *testing.T) {
+	node := nodeNS(t)
+	spec := Spec{PrimaryMAC: testMAC, VethPrefix: "eni"}
+	err := node.Do(func(ns.NetNS) error {
+		primaryLink(t, "ens5")
+		if _, err := Ensure(spec); err != nil {
+			t.Fatal(err)
+		}
+		bin := t.TempDir()
+		if err := os.WriteFile(bin+"/iptables", []byte(lockedIptables), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+		for _, c := range []struct {
+			name string
+			fn   func() error
+		}{
+			{"Intact", func() error { _, err := Intact(spec); return err }},
+			{"Ensure", func() error { _, err := Ensure(spec); return err }},
+			{"Remove", func() error { _, err := Remove(); return err }},
+		} {
+			start := time.Now()
+			done := make(chan error, 1)
+			// Its own thread in the node's namespace: node.Do holds only
+			// this one.
+			go func() { done <- node.Do(func(ns.NetNS) error { return c.fn() }) }()
+			select {
+			case err := <-done:
+				t.Logf("%s with the lock held: %v after %s", c.name, err, time.Since(start).Round(time.Millisecond))
+			case <-time.After(30 * time.Second):
+				t.Errorf("%s still waiting for the xtables lock after 30 s", c.name)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestIntactSeesWhatTheChainNames: the chain names the primary link and the
+// pods' veth prefix; when either changes (hostVethPrefix changed in the
+// config, the primary link renamed) the chain no longer marks anything, and
+// Intact must say so, or warm never runs the Ensure that rewrites it.
+func TestIntactSeesWhatTheChainNames(t *testing.T) {
+	node := nodeNS(t)
+	spec := Spec{PrimaryMAC: testMAC, VethPrefix: "eni"}
+	err := node.Do(func(ns.NetNS) error {
+		primaryLink(t, "ens5")
+		if _, err := Ensure(spec); err != nil {
+			t.Fatal(err)
+		}
+		other := spec
+		other.VethPrefix = "veth"
+		if ok, err := Intact(other); err != nil || ok {
+			t.Errorf("Intact with veth prefix %q, the chain made for %q: %v, %v; want false", other.VethPrefix, spec.VethPrefix, ok, err)
+		}
+		if _, err := Ensure(other); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := Intact(other); err != nil || !ok {
+			t.Errorf("Intact after Ensure with prefix %q: %v, %v", other.VethPrefix, ok, err)
+		}
+		run(t, "ip", "link", "set", "ens5", "name", "ens6")
+		run(t, "sysctl", "-qw", "net.ipv4.conf.ens6.rp_filter=2")
+		if ok, err := Intact(other); err != nil || ok {
+			t.Errorf("Intact with the primary link renamed ens6, the chain made for ens5: %v, %v; want false", ok, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRPFilterOffLeftOff: the kernel filters by the higher of the link's
+// and "all"'s rp_filter; with both 0 nothing is filtered and NodePort
+// needs nothing more. Ensure must not tighten a node's choice to 2, and
+// Intact and Check must not count it as missing.
+func TestRPFilterOffLeftOff(t *testing.T) {
+	node := nodeNS(t)
+	spec := Spec{PrimaryMAC: testMAC, VethPrefix: "eni"}
+	err := node.Do(func(ns.NetNS) error {
+		primaryLink(t, "ens5")
+		run(t, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.ens5.rp_filter=0")
+		changed, err := Ensure(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := strings.TrimSpace(run(t, "sysctl", "-n", "net.ipv4.conf.ens5.rp_filter")); v != "0" {
+			t.Errorf("Ensure set rp_filter %s on ens5 (changed %q); want it left at 0", v, changed)
+		}
+		assertClean(t, spec, "with rp_filter off")
+		if ok, err := Intact(spec); err != nil || !ok {
+			t.Errorf("Intact with rp_filter off: %v, %v", ok, err)
+		}
+		// "all" strict makes the link's 0 strict: then it is missing.
+		run(t, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=1")
+		if ok, err := Intact(spec); err != nil || ok {
+			t.Errorf("Intact with all.rp_filter 1 and ens5 0: %v, %v; want false", ok, err)
+		}
+		if _, err := Ensure(spec); err != nil {
+			t.Fatal(err)
+		}
+		if v := strings.TrimSpace(run(t, "sysctl", "-n", "net.ipv4.conf.ens5.rp_filter")); v != "2" {
+			t.Errorf("Ensure with all.rp_filter 1: ens5 rp_filter %s; want 2", v)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

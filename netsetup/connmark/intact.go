@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"strconv"
 	"strings"
 )
 
@@ -13,9 +14,11 @@ import (
 // dump and a file read), and in one `iptables -S` of the mangle table the
 // chain's number of rules and the jump. warm runs it every pass and Ensure
 // (six iptables execs) only when it says no, so a settled node pays one
-// exec for a flushed mangle table to heal. It counts, it does not compare:
-// a rule edited in place is Check's and Ensure's to find. Without iptables
-// it says no (Ensure then reports why it cannot run).
+// exec for a flushed mangle table to heal. It counts the rules and reads
+// the input interface of each (a chain made for another veth prefix or
+// primary link name marks nothing); the rest of a rule edited in place is
+// Check's and Ensure's to find. Without iptables it says no (Ensure then
+// reports why it cannot run).
 func Intact(s Spec) (bool, error) {
 	if err := s.valid(); err != nil {
 		return false, err
@@ -25,11 +28,11 @@ func Intact(s Spec) (bool, error) {
 		return false, err
 	}
 	primary, err := linkNameByMAC(s.PrimaryMAC)
-	if err != nil || rpFilter(primary) != "2" {
+	if err != nil || !rpFilterOK(primary) {
 		return false, err
 	}
 	var out bytes.Buffer
-	cmd := exec.Command("iptables", "--wait", "-t", "mangle", "-S")
+	cmd := exec.Command("iptables", "--wait", strconv.Itoa(lockWait), "-t", "mangle", "-S")
 	cmd.Stdout = &out
 	if err := cmd.Run(); err != nil {
 		var exit *exec.ExitError
@@ -38,21 +41,30 @@ func Intact(s Spec) (bool, error) {
 		}
 		return false, fmt.Errorf("list the mangle table: %w", err)
 	}
-	return holdsText(out.String(), len(Rules(s, primary))), nil
+	return holdsText(out.String(), Rules(s, primary)), nil
 }
 
-// holdsText reads `iptables -t mangle -S`: Chain has n rules and
-// PREROUTING jumps to it.
-func holdsText(table string, n int) bool {
+// holdsText reads `iptables -t mangle -S`: Chain has as many rules as
+// want, one for each input interface of want, and PREROUTING jumps to it.
+func holdsText(table string, want [][]string) bool {
 	have, jumps := 0, false
+	ins := map[string]bool{}
 	for line := range strings.Lines(table) {
 		line = strings.TrimSpace(line)
 		switch {
 		case strings.HasPrefix(line, "-A "+Chain+" "):
 			have++
+			if f := strings.Fields(line); len(f) > 3 && f[2] == "-i" {
+				ins[f[3]] = true
+			}
 		case strings.HasPrefix(line, "-A PREROUTING ") && strings.HasSuffix(line, "-j "+Chain):
 			jumps = true
 		}
 	}
-	return have == n && jumps
+	for _, r := range want {
+		if len(r) > 1 && r[0] == "-i" && !ins[r[1]] {
+			return false
+		}
+	}
+	return have == len(want) && jumps
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
@@ -80,17 +81,26 @@ func removeRules() (int, error) {
 
 func rpFilterPath(link string) string { return "/proc/sys/net/ipv4/conf/" + link + "/rp_filter" }
 
-// ensureLooseRPFilter sets rp_filter 2 on link unless it already is.
-// (The kernel uses the higher of the link's and "all"'s values, so the
-// link's own 2 is enough whatever "all" says.)
+// ensureLooseRPFilter sets rp_filter 2 on link unless it already filters
+// loosely or not at all (rpFilterOK).
 func ensureLooseRPFilter(link string) (bool, error) {
-	if rpFilter(link) == "2" {
+	if rpFilterOK(link) {
 		return false, nil
 	}
 	if err := os.WriteFile(rpFilterPath(link), []byte("2"), 0o644); err != nil {
 		return false, fmt.Errorf("loose rp_filter on %s: %w", link, err)
 	}
 	return true, nil
+}
+
+// rpFilterOK says whether link filters by reverse path loosely or not at
+// all. The kernel uses the higher of the link's and "all"'s values (1
+// strict, 2 loose), so the link's own 2 is enough whatever "all" says, and
+// a node that filters nothing (both 0) is left as it is.
+func rpFilterOK(link string) bool {
+	l, errL := strconv.Atoi(rpFilter(link))
+	a, errA := strconv.Atoi(rpFilter("all"))
+	return errL == nil && errA == nil && max(l, a) != 1
 }
 
 func rpFilter(link string) string {
