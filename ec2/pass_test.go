@@ -2,14 +2,13 @@ package ec2
 
 import (
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/eni-cni/eni-cni/lockfile"
+	"github.com/eni-cni/eni-cni/lockfile/lockfiletest"
 	"github.com/eni-cni/eni-cni/netconf"
 )
 
@@ -19,26 +18,7 @@ import (
 // and a lock file others may write is not trusted. Each is refused before
 // IMDS or EC2 is asked anything.
 func TestWarmLockRefusesUnsafeFiles(t *testing.T) {
-	for name, plant := range map[string]func(t *testing.T, p string){
-		"symlink": func(t *testing.T, p string) {
-			if err := os.Symlink(filepath.Join(filepath.Dir(p), "elsewhere"), p); err != nil {
-				t.Fatal(err)
-			}
-		},
-		"fifo": func(t *testing.T, p string) {
-			if err := syscall.Mkfifo(p, 0o600); err != nil {
-				t.Fatal(err)
-			}
-		},
-		"world-writable": func(t *testing.T, p string) {
-			if err := os.WriteFile(p, nil, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Chmod(p, 0o666); err != nil {
-				t.Fatal(err)
-			}
-		},
-	} {
+	for name, plant := range lockfiletest.Unsafe() {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			plant(t, filepath.Join(dir, WarmLockName))
@@ -60,7 +40,7 @@ func TestWarmLockRefusesUnsafeFiles(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatalf("warm with a %s for warm.lock hangs", name)
 			}
-			if _, err := os.Lstat(filepath.Join(dir, "elsewhere")); err == nil {
+			if lockfiletest.FollowedSymlink(dir) {
 				t.Error("the symlink's target was created")
 			}
 		})

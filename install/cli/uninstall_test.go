@@ -5,12 +5,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/eni-cni/eni-cni/ec2"
 	"github.com/eni-cni/eni-cni/lockfile"
+	"github.com/eni-cni/eni-cni/lockfile/lockfiletest"
 )
 
 // TestWaitWarmRefusesUnsafeLock: uninstall opens warm.lock as warm does
@@ -18,31 +18,13 @@ import (
 // created), a FIFO does not hang it, a lock file others may write is not
 // trusted. A sound one is taken and kept.
 func TestWaitWarmRefusesUnsafeLock(t *testing.T) {
-	for name, plant := range map[string]func(t *testing.T, p string){
-		"symlink": func(t *testing.T, p string) {
-			if err := os.Symlink(filepath.Join(filepath.Dir(p), "elsewhere"), p); err != nil {
-				t.Fatal(err)
-			}
-		},
-		"fifo": func(t *testing.T, p string) {
-			if err := syscall.Mkfifo(p, 0o600); err != nil {
-				t.Fatal(err)
-			}
-		},
-		"world-writable": func(t *testing.T, p string) {
-			if err := os.WriteFile(p, nil, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Chmod(p, 0o666); err != nil {
-				t.Fatal(err)
-			}
-		},
-		"sound": func(t *testing.T, p string) {
-			if err := os.WriteFile(p, nil, 0o600); err != nil {
-				t.Fatal(err)
-			}
-		},
-	} {
+	plants := lockfiletest.Unsafe()
+	plants["sound"] = func(t testing.TB, p string) {
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, plant := range plants {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			plant(t, filepath.Join(dir, ec2.WarmLockName))
@@ -72,7 +54,7 @@ func TestWaitWarmRefusesUnsafeLock(t *testing.T) {
 			if !errors.Is(err, lockfile.ErrUnsafe) {
 				t.Errorf("a %s warm.lock: %v; want it refused as unsafe", name, err)
 			}
-			if _, err := os.Lstat(filepath.Join(dir, "elsewhere")); err == nil {
+			if lockfiletest.FollowedSymlink(dir) {
 				t.Error("the symlink's target was created")
 			}
 		})
