@@ -6,16 +6,9 @@ import "fmt"
 // (nothing when all is in place). It changes nothing. An error means it
 // could not look, not that something is missing.
 func Check(s Spec) (missing []string, err error) {
-	if err := s.valid(); err != nil {
-		return nil, err
-	}
-	primary, err := linkNameByMAC(s.PrimaryMAC)
+	primary, ipt, err := s.onNode()
 	if err != nil {
 		return nil, err
-	}
-	ipt, err := newIPTables()
-	if err != nil {
-		return nil, fmt.Errorf("iptables: %w", err)
 	}
 	exists, err := ipt.ChainExists("mangle", Chain)
 	if err != nil {

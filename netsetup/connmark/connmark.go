@@ -98,6 +98,21 @@ func newIPTables() (*iptables.IPTables, error) {
 	return iptables.New(iptables.IPFamily(iptables.ProtocolIPv4), iptables.Timeout(lockWait))
 }
 
+// onNode checks s and finds what Check and Ensure work on: the primary
+// link's name and iptables.
+func (s Spec) onNode() (primary string, ipt *iptables.IPTables, err error) {
+	if err := s.valid(); err != nil {
+		return "", nil, err
+	}
+	if primary, err = linkNameByMAC(s.PrimaryMAC); err != nil {
+		return "", nil, err
+	}
+	if ipt, err = newIPTables(); err != nil {
+		return "", nil, fmt.Errorf("iptables: %w", err)
+	}
+	return primary, ipt, nil
+}
+
 var jump = []string{"-m", "comment", "--comment", comment, "-j", Chain}
 
 // Ensure makes the node hold the chain, its jump, the fwmark rule and loose
@@ -105,16 +120,9 @@ var jump = []string{"-m", "comment", "--comment", comment, "-j", Chain}
 // when all was in place (a list and a few checks), so warm can run it every
 // pass and heal a flushed mangle table or a lost rule.
 func Ensure(s Spec) (changed []string, err error) {
-	if err := s.valid(); err != nil {
-		return nil, err
-	}
-	primary, err := linkNameByMAC(s.PrimaryMAC)
+	primary, ipt, err := s.onNode()
 	if err != nil {
 		return nil, err
-	}
-	ipt, err := newIPTables()
-	if err != nil {
-		return nil, fmt.Errorf("iptables: %w", err)
 	}
 	changed, err = ensureChain(ipt, Rules(s, primary))
 	if err != nil {
