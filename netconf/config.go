@@ -9,11 +9,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -117,6 +119,9 @@ type ec2Conf struct {
 type Config struct {
 	Raw  []byte // as given, for the lean build's delegations
 	conf *netConf
+	// log is Logger's, opened once: a Config is used through its pointer.
+	logOnce sync.Once
+	log     *slog.Logger
 	// PluginConf is the standard part of the entry (prevResult for CHECK).
 	PluginConf *types.PluginConf
 	Network    string

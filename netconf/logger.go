@@ -11,8 +11,15 @@ import (
 
 // Logger logs to the configured file (size-capped, rotated), or to
 // stderr (which runtimes capture) when none is set or it cannot be opened.
-// Stdout is reserved for CNI results.
+// Stdout is reserved for CNI results. The first call opens the file; later
+// ones (the provider's warnings during a verb) share it rather than open
+// and rotate it a second time from the same process.
 func (c *Config) Logger() *slog.Logger {
+	c.logOnce.Do(func() { c.log = c.newLogger() })
+	return c.log
+}
+
+func (c *Config) newLogger() *slog.Logger {
 	var lv slog.Level
 	_ = lv.UnmarshalText([]byte(strings.ToUpper(orDefault(c.LogLevel, "info"))))
 	var out io.Writer = os.Stderr

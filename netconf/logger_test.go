@@ -35,3 +35,19 @@ func TestLogFileSymlinkNotFollowed(t *testing.T) {
 		t.Errorf("log file mode: %v %v, want 0600", fi.Mode(), err)
 	}
 }
+
+// One process opens its log once: the provider's warnings during a verb go
+// through the verb's own writer, not a second open of the file (each open
+// is a descriptor never closed and its own rotation check).
+func TestLoggerOpensTheFileOnce(t *testing.T) {
+	c := &Config{LogFile: filepath.Join(t.TempDir(), "eni-cni.log")}
+	first := c.Logger()
+	if second := c.Logger(); second != first {
+		t.Error("a second Logger() built a second logger over a second open of the file")
+	}
+	first.Info("ADD", "network", "pods")
+	c.Logger().Warn("nodeport", "network", "pods")
+	if b, err := os.ReadFile(c.LogFile); err != nil || strings.Count(string(b), "network=pods") != 2 {
+		t.Errorf("log: %v %q, want both lines", err, b)
+	}
+}
