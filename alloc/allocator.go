@@ -337,7 +337,7 @@ func (m *Manager) releaseIn(st *State, k Key, ip netip.Addr, cooldown time.Durat
 	a := st.Allocations[i]
 	st.Allocations = append(st.Allocations[:i], st.Allocations[i+1:]...)
 	if cooldown > 0 {
-		c := Cooling{IP: a.IP, Until: m.now().Add(cooldown).UTC()}
+		c := Cooling{IP: a.IP, Until: m.now().Add(cooldown).UTC(), For: cooldown}
 		if boot := m.boot(); boot > 0 {
 			c.UntilBoot = boot + cooldown
 		}

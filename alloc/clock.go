@@ -51,15 +51,27 @@ func (m *Manager) boot() time.Duration {
 // an older eni-cni has only the wall-clock Until and is judged on the wall
 // clock. Either way, an entry with more than one cooldown left cannot be
 // right (a wall clock stepped back since the release, a file edited by
-// hand, the cooldown lowered since): it no longer holds the address, so
-// nothing in the file can freeze an address for longer than configured.
+// hand): it no longer holds the address, so nothing in the file can freeze
+// an address for longer than configured. The cooldown is the releasing
+// network's (c.For): several networks may share a stateDir, and the one
+// with the shortest cooldown must not end the others' (an address freed by
+// a 300 s network was reused 30 ms later by a 5 s one). Entries of older
+// versions record none and are bounded by this manager's.
 func (m *Manager) cooling(c Cooling, now time.Time, boot time.Duration) bool {
 	left := c.Until.Sub(now)
 	if c.UntilBoot != 0 && boot > 0 {
 		left = c.UntilBoot - boot
 	}
-	return left > 0 && (m.Cooldown <= 0 || left <= m.Cooldown)
+	bound := m.Cooldown
+	if c.For > 0 {
+		bound = min(c.For, maxCooldown)
+	}
+	return left > 0 && (bound <= 0 || left <= bound)
 }
+
+// maxCooldown bounds a recorded cooldown as the configuration bounds it: a
+// hand-edited entry cannot freeze an address for longer.
+const maxCooldown = 365 * 24 * time.Hour
 
 // stampLegacy gives entries of an older file boot stamps, in memory, so
 // the next save writes them: a cooling entry what is left of its

@@ -212,3 +212,51 @@ func TestNetworksRecordValidated(t *testing.T) {
 		t.Errorf("networks not a list: %v, want ErrCorrupt", err)
 	}
 }
+
+// TestCooldownIsTheReleasingNetworks: two networks share a stateDir and a
+// pool, one with a 300 s cooldown and one with 5 s. An address the 300 s
+// network frees stays out of use for 300 s, even for the 5 s network
+// (which used to prune the entry as "longer than a cooldown" and take the
+// address 30 ms later); one the 5 s network frees is back after 5 s.
+func TestCooldownIsTheReleasingNetworks(t *testing.T) {
+	s := allocfake.NewStore()
+	c := newClock()
+	pool := mustRanges(t, "10.0.0.1-10.0.0.2")
+	slow := &Manager{Store: s, Pool: pool, BootID: "boot-1", Cooldown: 300 * time.Second, Now: c.Now, Network: "slow"}
+	fast := &Manager{Store: s, Pool: pool, BootID: "boot-1", Cooldown: 5 * time.Second, Now: c.Now, Network: "fast"}
+	ctx := context.Background()
+	k := Key{Network: "slow", ContainerID: "a", IfName: "eth0"}
+	a, _, err := slow.Allocate(ctx, Request{Key: k, HostVeth: "enia"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := slow.Release(ctx, k, a.IP); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(30 * time.Millisecond)
+	fk := func(cid string) Request {
+		return Request{Key: Key{Network: "fast", ContainerID: cid, IfName: "eth0"}, HostVeth: "eni" + cid}
+	}
+	b, _, err := fast.Allocate(ctx, fk("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.IP == a.IP {
+		t.Fatalf("the 5 s network took %s 30 ms after the 300 s network freed it", a.IP)
+	}
+	if _, _, err := fast.Allocate(ctx, fk("c")); !errors.Is(err, ErrPoolExhausted) {
+		t.Fatalf("third address: %v, want ErrPoolExhausted (%s cools for 300 s)", err, a.IP)
+	}
+	if _, _, err := fast.Release(ctx, Key{Network: "fast", ContainerID: "b", IfName: "eth0"}, b.IP); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(6 * time.Second)
+	got, _, err := fast.Allocate(ctx, fk("d"))
+	if err != nil || got.IP != b.IP {
+		t.Fatalf("after 6 s: %v %v, want %s (cooled for the 5 s network's cooldown)", got.IP, err, b.IP)
+	}
+	c.Advance(300 * time.Second)
+	if got, _, err := slow.Allocate(ctx, Request{Key: Key{Network: "slow", ContainerID: "e", IfName: "eth0"}, HostVeth: "enie"}); err != nil || got.IP != a.IP {
+		t.Fatalf("after 300 s: %v %v, want %s", got.IP, err, a.IP)
+	}
+}

@@ -63,6 +63,11 @@ type Cooling struct {
 	// UntilBoot is the end of the cooldown on the boot clock (clock.go);
 	// absent in files of older versions.
 	UntilBoot time.Duration `json:"untilBootNs,omitempty"`
+	// For is the cooldown of the network that released the address: in a
+	// shared stateDir another network with a shorter one must not cut it
+	// short. Absent in files of older versions (the reader's own cooldown
+	// bounds the entry then).
+	For time.Duration `json:"cooldownNs,omitempty"`
 }
 
 // State is the whole content of the state file.

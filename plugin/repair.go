@@ -167,7 +167,7 @@ func (plan repairPlan) apply(st *alloc.State, now time.Time, boot, cooldown time
 	}
 	st.Cooling = slices.DeleteFunc(st.Cooling, func(c alloc.Cooling) bool { return taken[c.IP] })
 	for _, h := range plan.Held {
-		st.Cooling = append(st.Cooling, alloc.Cooling{IP: h.IP, Until: now.Add(cooldown).UTC(), UntilBoot: boot + cooldown})
+		st.Cooling = append(st.Cooling, alloc.Cooling{IP: h.IP, Until: now.Add(cooldown).UTC(), UntilBoot: boot + cooldown, For: cooldown})
 	}
 }
 
