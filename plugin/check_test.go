@@ -122,3 +122,42 @@ func TestCheckCodes(t *testing.T) {
 		t.Errorf("not errCheckRouting: %v", err)
 	}
 }
+
+// TestCheckPrevResultNulls: a prevResult with a null in interfaces, ips or
+// routes is a decoding error (code 6) naming the entry; CHECK used to
+// follow the nil pointer and panic (exit 2, a stack trace, nothing on
+// stdout).
+func TestCheckPrevResultNulls(t *testing.T) {
+	p, _, _ := newTestPlugin(t, "10.99.0.0/24")
+	ctx := context.Background()
+	res, err := p.add(ctx, att("c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for field, want := range map[string]string{"interfaces": "interfaces[0] is null", "ips": "ips[0] is null", "routes": "routes[0] is null"} {
+		t.Run(field, func(t *testing.T) {
+			var m map[string]any
+			if err := json.Unmarshal(good, &m); err != nil {
+				t.Fatal(err)
+			}
+			m[field] = append([]any{nil}, m[field].([]any)...)
+			conf, _ := json.Marshal(map[string]any{"cniVersion": "1.0.0", "name": "pods", "prevResult": m,
+				"pool": map[string]any{"source": "static", "ranges": []string{"10.99.0.0/24"}}})
+			cfg, err := netconf.Parse(conf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			prev, err := prevResult(cfg)
+			if err == nil {
+				err = p.check(ctx, att("c1"), prev)
+			}
+			if ce := toCNIError(err); ce.Code != types.ErrDecodingFailure || !strings.Contains(ce.Msg, want) {
+				t.Errorf("CHECK with a null in %s: %v, want code 6 saying %q", field, err, want)
+			}
+		})
+	}
+}

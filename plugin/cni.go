@@ -295,7 +295,31 @@ func prevResult(cfg *netconf.Config) (*current.Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: prevResult: %v", netconf.ErrDecode, err)
 	}
+	if err := noNulls(res); err != nil {
+		return nil, fmt.Errorf("%w: prevResult: %w", netconf.ErrDecode, err)
+	}
 	return res, nil
+}
+
+// noNulls refuses a result with null entries: JSON decodes `"ips": [null]`
+// into a nil pointer, which the checks below would follow.
+func noNulls(r *current.Result) error {
+	for i, itf := range r.Interfaces {
+		if itf == nil {
+			return fmt.Errorf("interfaces[%d] is null", i)
+		}
+	}
+	for i, c := range r.IPs {
+		if c == nil {
+			return fmt.Errorf("ips[%d] is null", i)
+		}
+	}
+	for i, rt := range r.Routes {
+		if rt == nil {
+			return fmt.Errorf("routes[%d] is null", i)
+		}
+	}
+	return nil
 }
 
 // Plugin-specific CNI error codes (the spec leaves 100 and up to plugins)
