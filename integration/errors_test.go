@@ -5,6 +5,8 @@ import (
 	"os"
 	"slices"
 	"testing"
+
+	"github.com/vishvananda/netlink"
 )
 
 // TestBadInputs feeds the binary inputs a runtime or an operator can get
@@ -64,6 +66,48 @@ func TestBadInputs(t *testing.T) {
 			code: 8, msg: []string{missingNetns},
 		},
 		{
+			name: "CNI_NETNS is a file",
+			env:  func(e map[string]string) { e["CNI_NETNS"] = "/etc/hostname" },
+			code: 8, msg: []string{"/etc/hostname"},
+		},
+		{
+			name: "CNI_NETNS is a directory",
+			env:  func(e map[string]string) { e["CNI_NETNS"] = "/etc" },
+			code: 8, msg: []string{"/etc"},
+		},
+		{
+			name: "CNI_IFNAME lo",
+			env:  func(e map[string]string) { e["CNI_IFNAME"] = "lo" },
+			code: 4, msg: []string{`CNI_IFNAME "lo"`, "loopback"},
+		},
+		{
+			name: "C1 control character in K8S_POD_NAME",
+			env: func(e map[string]string) {
+				e["CNI_ARGS"] = "IgnoreUnknown=1;K8S_POD_NAMESPACE=eni-it;K8S_POD_NAME=web\u009b31m;K8S_POD_UID=u"
+			},
+			code: 4, msg: []string{"K8S_POD_NAME", "control characters"},
+		},
+		{
+			name: "K8S_POD_NAMESPACE not UTF-8",
+			env: func(e map[string]string) {
+				e["CNI_ARGS"] = "IgnoreUnknown=1;K8S_POD_NAMESPACE=eni\xff;K8S_POD_NAME=web;K8S_POD_UID=u"
+			},
+			code: 4, msg: []string{"K8S_POD_NAMESPACE", "UTF-8"},
+		},
+		{
+			name: "an address requested through the ips capability",
+			conf: func(c map[string]any) {
+				c["capabilities"] = map[string]bool{"ips": true}
+				c["runtimeConfig"] = map[string]any{"ips": []string{"10.99.5.77/24"}}
+			},
+			code: 7, msg: []string{`capability "ips"`},
+		},
+		{
+			name: "an address requested without the capability declared",
+			conf: func(c map[string]any) { c["runtimeConfig"] = map[string]any{"ips": []string{"10.99.5.77/24"}} },
+			code: 7, msg: []string{"10.99.5.77/24", "does not honour"},
+		},
+		{
 			name: "CNI_NETNS is the node's own",
 			env:  func(e map[string]string) { e["CNI_NETNS"] = n.path() },
 			code: 8, msg: []string{n.path(), "own network namespace"},
@@ -100,6 +144,35 @@ func TestBadInputs(t *testing.T) {
 	if l := nw.list(t); len(l.Allocations) != 1 || l.Allocations[0].ContainerID != seed.containerID {
 		t.Errorf("after the bad inputs: allocations %+v, want only the seed pod's", l.Allocations)
 	}
+
+	t.Run("CNI_IFNAME the pod already has", func(t *testing.T) {
+		p := newPod(t, "pod-taken")
+		h := openHandle(t, p.path())
+		defer h.Close()
+		if err := h.LinkAdd(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}}); err != nil {
+			t.Fatal(err)
+		}
+		stateBefore, vethsBefore := nw.stateBytes(t), n.vethNames(t)
+		wantCNIError(t, "ADD into a pod that has eth0", nw.run(t, cniEnv("ADD", p), nw.config(t)), 4, "eth0 exists in "+p.path())
+		if after := nw.stateBytes(t); !bytes.Equal(after, stateBefore) {
+			t.Errorf("state file changed:\nbefore %s\nafter  %s", stateBefore, after)
+		}
+		if after := n.vethNames(t); !slices.Equal(after, vethsBefore) {
+			t.Errorf("node veths changed from %v to %v", vethsBefore, after)
+		}
+	})
+
+	t.Run("stateDir /", func(t *testing.T) {
+		const lock = "/state.lock"
+		_, statErr := os.Lstat(lock)
+		existed := statErr == nil
+		o := nw.run(t, cniEnv("ADD", newPod(t, "pod-root-state")), nw.config(t, func(c map[string]any) { c["stateDir"] = "/" }))
+		wantCNIError(t, "ADD with stateDir /", o, 7, "root directory")
+		if _, err := os.Lstat(lock); err == nil && !existed {
+			os.Remove(lock)
+			t.Errorf("ADD with stateDir / created %s before refusing the config", lock)
+		}
+	})
 
 	t.Run("corrupt state file", func(t *testing.T) {
 		nw := newNetwork(t, n, "1.0.0", []string{"10.99.6.0/24"}, nil)

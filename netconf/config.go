@@ -90,8 +90,18 @@ type netConf struct {
 	// IMDSv1Fallback lets IMDS reads go without a session token when the
 	// IMDSv2 token is refused. Off: IMDSv2 only.
 	IMDSv1Fallback bool `json:"imdsV1Fallback"`
+	// RuntimeConfig is what the runtime passes for the capabilities the
+	// conflist declares (CAP_ARGS); only the ones eni-cni refuses are read.
+	RuntimeConfig struct {
+		IPs []string `json:"ips"`
+		Mac string   `json:"mac"`
+	} `json:"runtimeConfig"`
 	ec2Conf
 }
+
+// unhonoured are capabilities eni-cni does not serve: a runtime passing a
+// requested address or MAC must not see ADD succeed without it.
+var unhonoured = []string{"ips", "mac"}
 
 type poolConf struct {
 	Source string   `json:"source"`
@@ -185,9 +195,10 @@ func Decode(data []byte) (*Config, error) {
 	if c.StateDir == "" {
 		c.StateDir = DefaultStateDir
 	}
-	if !filepath.IsAbs(c.StateDir) {
-		return nil, fmt.Errorf("%w: stateDir %q is not an absolute path", ErrInvalidConfig, c.StateDir)
+	if err := checkStateDir(c.StateDir); err != nil {
+		return nil, err
 	}
+	c.StateDir = filepath.Clean(c.StateDir)
 	if c.MTU == 0 {
 		c.MTU = defaultMTU
 	}
@@ -230,7 +241,42 @@ func Decode(data []byte) (*Config, error) {
 	if err := c.parsePool(); err != nil {
 		return nil, err
 	}
+	if err := checkCapabilities(&nc); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// checkStateDir refuses a state directory that is not a directory of its
+// own: the store creates state.lock and state.json in it on first use,
+// and must never litter the root directory.
+func checkStateDir(dir string) error {
+	if !filepath.IsAbs(dir) {
+		return fmt.Errorf("%w: stateDir %q is not an absolute path", ErrInvalidConfig, dir)
+	}
+	if filepath.Clean(dir) == "/" {
+		return fmt.Errorf("%w: stateDir %q is the root directory (use a directory of its own, such as %s)", ErrInvalidConfig, dir, DefaultStateDir)
+	}
+	return nil
+}
+
+// checkCapabilities refuses the capabilities eni-cni cannot honour, whether
+// the entry declares them or the runtime passes their arguments: a pod
+// asking for an address or a MAC must not silently get another.
+func checkCapabilities(nc *netConf) error {
+	for _, c := range unhonoured {
+		if nc.Capabilities[c] {
+			return fmt.Errorf("%w: capability %q is not supported by eni-cni (addresses come from the pool, MACs from the kernel); remove it from capabilities", ErrInvalidConfig, c)
+		}
+	}
+	rc := nc.RuntimeConfig
+	if len(rc.IPs) > 0 {
+		return fmt.Errorf("%w: runtimeConfig asks for ips %v: eni-cni does not honour requested addresses (remove the ips capability)", ErrInvalidConfig, rc.IPs)
+	}
+	if rc.Mac != "" {
+		return fmt.Errorf("%w: runtimeConfig asks for mac %q: eni-cni does not honour requested MACs (remove the mac capability)", ErrInvalidConfig, rc.Mac)
+	}
+	return nil
 }
 
 // Defaults of log rotation and metrics.

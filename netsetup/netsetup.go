@@ -53,6 +53,10 @@ var ErrNetNS = errors.New("cannot open network namespace")
 // the live pod off without a trace); it fails and touches nothing of it.
 var ErrRouteTaken = errors.New("address already routed to another interface")
 
+// ErrIfNameTaken reports a pod interface name that the pod's namespace
+// already has and that is not the pod end of this attachment's veth.
+var ErrIfNameTaken = errors.New("interface name already in use in the pod")
+
 // Pod describes one attachment to wire.
 type Pod struct {
 	Netns    string // path of the pod's network namespace
@@ -135,11 +139,17 @@ func createVeth(p Pod, podNS netns.NsHandle) (netlink.Link, error) {
 	if errors.Is(err, unix.EEXIST) {
 		// A host veth of ours with this name is a leftover of an ADD
 		// that crashed or of a DEL that never came: ours to replace.
-		if old, lerr := netlinksafe.LinkByName(p.HostVeth); lerr == nil {
+		old, lerr := netlinksafe.LinkByName(p.HostVeth)
+		if lerr == nil {
 			if derr := netlink.LinkDel(old); derr != nil {
 				return nil, fmt.Errorf("delete stale %s: %w", p.HostVeth, derr)
 			}
 			err = netlink.LinkAdd(veth)
+		}
+		if errors.Is(err, unix.EEXIST) {
+			// Not the host end: the pod already has an interface of that
+			// name (another plugin's, or a second ADD with its ifname).
+			return nil, fmt.Errorf("create veth %s: %w: %s exists in %s", p.HostVeth, ErrIfNameTaken, p.IfName, p.Netns)
 		}
 	}
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	cnins "github.com/containernetworking/cni/pkg/ns"
 	"github.com/containernetworking/cni/pkg/skel"
@@ -49,6 +51,11 @@ type verbFunc func(ctx context.Context, p *Plugin) (logAttrs []any, err error)
 // provider's IMDS reads and warm command).
 type CNI struct {
 	Full provider.Full
+	// Wire and Host are the node's kernel for the verbs and for the GC
+	// verb's sweep; nil: the real ones (Kernel, HostNetwork). Tests of
+	// whole invocations inject fakes.
+	Wire Wirer
+	Host func(vethPrefix string) gc.Host
 }
 
 // Funcs are the verbs as skel calls them.
@@ -60,24 +67,17 @@ func (c CNI) Funcs() skel.CNIFuncs {
 // line and converts the error to a CNI error at this single boundary.
 func (c CNI) runVerb(verb string, args *skel.CmdArgs, fn verbFunc) error {
 	start := time.Now()
-	parse := netconf.Parse
-	if verb == "DEL" {
-		// DEL frees even when the entry has a key we do not know (a typo
-		// added while pods run): failing would leak their addresses.
-		parse = netconf.Decode
-	}
-	cfg, err := parse(args.StdinData)
+	cfg, ignored, err := parse(verb, args.StdinData)
 	if err != nil {
 		return toCNIError(err)
 	}
 	logger := cfg.Logger()
-	if verb == "DEL" {
-		if kerr := netconf.CheckKeys(args.StdinData); kerr != nil {
-			logger.Warn(verb, "containerID", args.ContainerID, "warning", kerr.Error())
-		}
+	if ignored != nil {
+		logger.Warn(verb, "network", cfg.Network, "containerID", args.ContainerID, "ifname", args.IfName,
+			"warning", "DEL ignores what it does not use of the configuration: "+ignored.Error())
 	}
 	var attrs []any
-	p, err := Open(cfg, c.Full)
+	p, err := c.open(cfg)
 	if err == nil {
 		p.log = logger
 		attrs, err = fn(context.Background(), p)
@@ -94,6 +94,36 @@ func (c CNI) runVerb(verb string, args *skel.CmdArgs, fn verbFunc) error {
 	}
 	logger.Info(verb, append(base, attrs...)...)
 	return nil
+}
+
+// parse reads the configuration of a verb. DEL frees even when the entry
+// has a key we do not know or a value it does not use that is invalid (a
+// typo added while pods run): failing would strand their pods in
+// Terminating. ignored is what DEL let pass.
+func parse(verb string, data []byte) (cfg *netconf.Config, ignored error, err error) {
+	if verb != "DEL" {
+		cfg, err = netconf.Parse(data)
+		return cfg, nil, err
+	}
+	cfg, ignored, err = netconf.DecodeForDel(data)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, errors.Join(ignored, netconf.CheckKeys(data)), nil
+}
+
+func (c CNI) open(cfg *netconf.Config) (*Plugin, error) {
+	if c.Wire == nil {
+		return Open(cfg, c.Full)
+	}
+	return OpenWith(cfg, c.Full, c.Wire)
+}
+
+func (c CNI) host(prefix string) gc.Host {
+	if c.Host == nil {
+		return HostNetwork{prefix}
+	}
+	return c.Host(prefix)
 }
 
 // Open builds the plugin of a network: its store, and its provider (full
@@ -143,6 +173,9 @@ func (c CNI) Add(args *skel.CmdArgs) error {
 func (p *Plugin) Attach(ctx context.Context, args *skel.CmdArgs) (res *current.Result, attrs []any, err error) {
 	at, err := attachmentFrom(args, p.Cfg)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := validateIfName(args.IfName); err != nil {
 		return nil, nil, err
 	}
 	if err := validateNetns(args.Netns); err != nil {
@@ -204,7 +237,7 @@ func (c CNI) GC(args *skel.CmdArgs) error {
 		}
 		live := gc.FromValidAttachments(p.Cfg.Network, valid)
 		start := time.Now()
-		c, err := p.Collect(ctx, live, gc.Options{Grace: p.Cfg.GCGrace}, false, HostNetwork{p.Cfg.VethPrefix})
+		c, err := p.Collect(ctx, live, gc.Options{Grace: p.Cfg.GCGrace}, false, c.host(p.Cfg.VethPrefix))
 		u := metrics.RunUpdate{Job: "gc-verb", Start: start, Duration: time.Since(start), Err: err}
 		if c != nil {
 			u.Freed, u.Leftovers = len(c.Freed), c.Leftovers.Len()
@@ -246,12 +279,29 @@ func parseCNIArgs(s string) (map[string]string, error) {
 		if !ok || k == "" {
 			return nil, fmt.Errorf("%w: CNI_ARGS entry %q is not KEY=VALUE", errInvalidArgs, pair)
 		}
-		if len(v) > 253 || strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-			return nil, fmt.Errorf("%w: CNI_ARGS value of %s is too long or has control characters", errInvalidArgs, k)
+		if len(v) > 253 || !printable(v) {
+			return nil, fmt.Errorf("%w: CNI_ARGS value of %s is too long, has control characters or is not UTF-8", errInvalidArgs, k)
 		}
 		kv[k] = v
 	}
 	return kv, nil
+}
+
+// printable reports whether s is UTF-8 without control characters, C0
+// (and DEL) or C1: pod metadata is printed by `list` and logged, and must
+// not carry terminal escapes (SECURITY.md).
+func printable(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl)
+}
+
+// validateIfName refuses an interface name that cannot be the pod's end
+// of a veth. skel has checked the name's syntax; lo exists in every
+// namespace and is the pod's loopback.
+func validateIfName(name string) error {
+	if name == "lo" {
+		return fmt.Errorf("%w: CNI_IFNAME %q is the loopback interface", errInvalidArgs, name)
+	}
+	return nil
 }
 
 // validateNetns refuses a netns that does not exist or is the plugin's own:
@@ -265,7 +315,8 @@ func validateNetns(path string) error {
 	}
 	same, e := cnins.CheckNetNS(path)
 	if e != nil {
-		return e
+		// A file or a directory that is not a namespace (/etc/hostname).
+		return fmt.Errorf("%w: %s: %v", errInvalidNetns, path, e)
 	}
 	if same {
 		return fmt.Errorf("%w: %s is the plugin's own network namespace", errInvalidNetns, path)
@@ -354,7 +405,7 @@ func toCNIError(err error) *types.Error {
 		code = types.ErrDecodingFailure
 	case errors.Is(err, netconf.ErrInvalidConfig):
 		code = types.ErrInvalidNetworkConfig
-	case errors.Is(err, errInvalidArgs):
+	case errors.Is(err, errInvalidArgs), errors.Is(err, netsetup.ErrIfNameTaken):
 		code = types.ErrInvalidEnvironmentVariables
 	case errors.Is(err, errInvalidNetns), errors.Is(err, netsetup.ErrNetNS):
 		code = types.ErrInvalidNetNS

@@ -32,6 +32,12 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad range", `{"name":"n","pool":{"source":"static","ranges":["10.0.0.300/24"]}}`, types.ErrInvalidNetworkConfig, "10.0.0.300/24"},
 		{"no ranges", `{"name":"n","pool":{"source":"static"}}`, types.ErrInvalidNetworkConfig, "no ranges"},
 		{"relative stateDir", `{"name":"n","stateDir":"var/lib",` + static + `}`, types.ErrInvalidNetworkConfig, "absolute"},
+		{"root stateDir", `{"name":"n","stateDir":"/",` + static + `}`, types.ErrInvalidNetworkConfig, "root directory"},
+		{"root stateDir unclean", `{"name":"n","stateDir":"/tmp/..//",` + static + `}`, types.ErrInvalidNetworkConfig, "root directory"},
+		{"ips capability", `{"name":"n","capabilities":{"ips":true},` + static + `}`, types.ErrInvalidNetworkConfig, `capability "ips" is not supported`},
+		{"mac capability", `{"name":"n","capabilities":{"mac":true},` + static + `}`, types.ErrInvalidNetworkConfig, `capability "mac" is not supported`},
+		{"ips requested", `{"name":"n","runtimeConfig":{"ips":["10.0.0.7/24"]},` + static + `}`, types.ErrInvalidNetworkConfig, "does not honour requested addresses"},
+		{"mac requested", `{"name":"n","runtimeConfig":{"mac":"02:00:00:00:00:01"},` + static + `}`, types.ErrInvalidNetworkConfig, "does not honour requested MACs"},
 		{"mtu", `{"name":"n","mtu":100,` + static + `}`, types.ErrInvalidNetworkConfig, "mtu 100"},
 		{"negative cooldown", `{"name":"n","cooldownSeconds":-1,` + static + `}`, types.ErrInvalidNetworkConfig, "cooldownSeconds"},
 		{"zero cooldown", `{"name":"n","cooldownSeconds":0,` + static + `}`, types.ErrInvalidNetworkConfig, "cooldownSeconds 0 is below the minimum of 5"},
@@ -65,7 +71,11 @@ func TestParseCNIArgs(t *testing.T) {
 	if kv["K8S_POD_NAMESPACE"] != "default" || kv["K8S_POD_NAME"] != "web-0" || kv["K8S_POD_UID"] != "u-1" {
 		t.Errorf("parsed %v", kv)
 	}
-	for _, bad := range []string{"novalue", "=x", "K8S_POD_NAME=a\nb", "K8S_POD_NAME=" + strings.Repeat("a", 300)} {
+	for _, bad := range []string{"novalue", "=x", "K8S_POD_NAME=a\nb", "K8S_POD_NAME=" + strings.Repeat("a", 300),
+		"K8S_POD_NAME=a\u009bb",      // C1: CSI, a terminal escape on its own
+		"K8S_POD_NAME=a\x9b[31mb",    // the same byte, not UTF-8
+		"K8S_POD_NAMESPACE=\xff\xfe", // not UTF-8
+		"K8S_POD_NAME=a\x7fb"} {
 		_, err := parseCNIArgs(bad)
 		if !errors.Is(err, errInvalidArgs) || toCNIError(err).Code != types.ErrInvalidEnvironmentVariables {
 			t.Errorf("parseCNIArgs(%q) = %v, want an invalid-args error", bad, err)

@@ -3,6 +3,8 @@ package plugin
 import (
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 )
 
 // FuzzParseCNIArgs: CNI_ARGS either parses into keys and values the
@@ -21,7 +23,7 @@ func FuzzParseCNIArgs(f *testing.F) {
 			if k == "" || strings.ContainsAny(k, "=;") {
 				t.Fatalf("key %q", k)
 			}
-			if len(v) > 253 || strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }) || strings.Contains(v, ";") {
+			if len(v) > 253 || !utf8.ValidString(v) || strings.ContainsFunc(v, unicode.IsControl) || strings.Contains(v, ";") {
 				t.Fatalf("value %q of %s", v, k)
 			}
 		}

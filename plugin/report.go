@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -77,6 +79,20 @@ func (p *Plugin) List(w io.Writer, asJSON bool) error {
 	return nil
 }
 
+// shown is a recorded string for the terminal: "-" when empty, quoted
+// with escapes when it is not printable (a state file written before ADD
+// refused control characters, or edited by hand, must not drive the
+// operator's terminal).
+func shown(s string) string {
+	if s == "" {
+		return "-"
+	}
+	if !printable(s) || strings.ContainsAny(s, "\t ") {
+		return strconv.QuoteToASCII(s)
+	}
+	return s
+}
+
 // printListing prints the allocations as an aligned table, by address,
 // and the pool summary. AGE is on the boot clock (alloc.Manager.Age), so a
 // stepped wall clock does not make pods look older or younger.
@@ -84,15 +100,15 @@ func printListing(w io.Writer, l listing, age func(alloc.Allocation) time.Durati
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "POD\tNAMESPACE\tIP\tENI\tAGE\tCONTAINER\tIFNAME\tHOST VETH")
 	for _, a := range l.Allocations {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", defaultString(a.PodName, "-"), defaultString(a.PodNamespace, "-"),
-			a.IP, defaultString(a.ENI, "-"), humanAge(age(a)), shortContainerID(a.ContainerID), a.IfName, a.HostVeth)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shown(a.PodName), shown(a.PodNamespace),
+			a.IP, shown(a.ENI), humanAge(age(a)), shown(shortContainerID(a.ContainerID)), shown(a.IfName), shown(a.HostVeth))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\nnetwork %q: %d allocations; pool: total %d, free %d, cooling %d, allocated %d (state %s)\n",
 		l.Network, len(l.Allocations), l.Pool.Total, l.Pool.Free, l.Pool.Cooling, l.Pool.Allocated, l.StateFile)
 	for _, x := range l.Lost {
 		fmt.Fprintf(w, "LOST: %s of %s (pod %s) is no longer assigned to this instance by EC2; the pod has no working address, recreate it\n",
-			x.IP, x.Key, defaultString(x.Pod, "-"))
+			x.IP, x.Key, shown(x.Pod))
 	}
 	if l.Pool.Outside > 0 {
 		fmt.Fprintf(w, "%d allocations hold addresses outside the pool (ranges changed?); they stay until their pods' DEL\n", l.Pool.Outside)
