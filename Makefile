@@ -71,6 +71,7 @@ test-kubeadm: build deps-kubeadm
 
 test: deps lint build
 	ENI_CNI_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -race -timeout 30m ./...
+	$(MAKE) --no-print-directory fuzz FUZZTIME=15s FUZZ_TARGETS=./plugin:FuzzVerb
 	$(MAKE) --no-print-directory stress STRESS_DURATION=60s
 	$(MAKE) --no-print-directory test-e2e
 	$(MAKE) --no-print-directory test-kubelet
@@ -92,8 +93,10 @@ bench: build
 
 # Each fuzz target for FUZZTIME (seed corpora in <pkg>/testdata/fuzz/<Target>;
 # a failing input is added there by go test, to become a regression case).
+# FuzzVerb drives whole CNI invocations (environment and stdin); `make test`
+# runs it for 15 s.
 FUZZTIME ?= 30s
-FUZZ_TARGETS := ./alloc:FuzzDecodeState ./netconf:FuzzParseConfig ./plugin:FuzzParseCNIArgs ./gc:FuzzValidAttachments ./gc:FuzzPlan
+FUZZ_TARGETS ?= ./alloc:FuzzDecodeState ./netconf:FuzzParseConfig ./plugin:FuzzParseCNIArgs ./plugin:FuzzVerb ./gc:FuzzValidAttachments ./gc:FuzzPlan
 fuzz: build
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \

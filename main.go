@@ -7,11 +7,7 @@
 package main
 
 import (
-	"fmt"
 	"os"
-
-	"github.com/containernetworking/cni/pkg/skel"
-	cniversion "github.com/containernetworking/cni/pkg/version"
 
 	"github.com/eni-cni/eni-cni/plugin"
 )
@@ -28,16 +24,5 @@ func main() {
 
 // cniMain serves one CNI verb and returns the exit code.
 func cniMain() int {
-	if e := plugin.Preflight(os.Getenv); e != nil {
-		_ = e.Print()
-		return 1
-	}
-	verbs := plugin.CNI{Full: full()}
-	if e := skel.PluginMainFuncsWithError(verbs.Funcs(), cniversion.All, "eni-cni "+version); e != nil {
-		if err := e.Print(); err != nil {
-			fmt.Fprintf(os.Stderr, "eni-cni: print error: %v\n", err)
-		}
-		return 1
-	}
-	return 0
+	return plugin.CNI{Full: full()}.Main("eni-cni " + version)
 }

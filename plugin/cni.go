@@ -44,6 +44,23 @@ func Preflight(getenv func(string) string) *types.Error {
 	return nil
 }
 
+// Main serves the CNI verb the environment names, with stdin and stdout
+// as the runtime gave them, and returns the process's exit code: the
+// whole invocation, which main runs and FuzzVerb drives.
+func (c CNI) Main(about string) int {
+	if e := Preflight(os.Getenv); e != nil {
+		_ = e.Print()
+		return 1
+	}
+	if e := skel.PluginMainFuncsWithError(c.Funcs(), cniversion.All, about); e != nil {
+		if err := e.Print(); err != nil {
+			fmt.Fprintf(os.Stderr, "eni-cni: print error: %v\n", err)
+		}
+		return 1
+	}
+	return 0
+}
+
 // verbFunc is the body of a verb, given its parsed configuration.
 type verbFunc func(ctx context.Context, p *Plugin) (logAttrs []any, err error)
 
@@ -208,11 +225,11 @@ func (c CNI) Check(args *skel.CmdArgs) error {
 		if err != nil {
 			return nil, err
 		}
-		if err := validateNetns(args.Netns); err != nil {
-			return nil, err
-		}
 		prev, err := prevResult(p.Cfg)
 		if err != nil {
+			return nil, err
+		}
+		if err := validateNetns(args.Netns); err != nil {
 			return nil, err
 		}
 		return nil, p.check(ctx, at, prev)
