@@ -85,6 +85,7 @@ type netConf struct {
 	LogMaxFiles        *int     `json:"logMaxFiles"`
 	MetricsFile        string   `json:"metricsFile"`
 	HostVethPrefix     *string  `json:"hostVethPrefix"`
+	DefaultRoute       *bool    `json:"defaultRoute"`
 	IMDSEndpoint       string   `json:"imdsEndpoint"`
 	EC2Endpoint        string   `json:"ec2Endpoint"`
 	// IMDSv1Fallback lets IMDS reads go without a session token when the
@@ -145,7 +146,11 @@ type Config struct {
 	GCGrace     time.Duration
 	LockTimeout time.Duration
 	VethPrefix  string
-	LogFile     string
+	// DefaultRoute is whether this network's interface carries the pod's
+	// default route: nil when the first interface of the pod does (a
+	// second network, as Multus adds, gets routes for its own address).
+	DefaultRoute *bool
+	LogFile      string
 	LogLevel    string
 	LogMaxSize  int64 // bytes; 0: no rotation
 	LogMaxFiles int   // rotated files kept
@@ -187,7 +192,7 @@ func Decode(data []byte) (*Config, error) {
 	c := &Config{
 		Raw: data, conf: &nc, PluginConf: &nc.PluginConf, Network: nc.Name, CNIVersion: nc.CNIVersion,
 		StateDir: nc.StateDir, MTU: nc.MTU, Provider: nc.Pool.Source,
-		VethPrefix: DefaultVethPrefix, LogFile: nc.LogFile, LogLevel: nc.LogLevel,
+		VethPrefix: DefaultVethPrefix, LogFile: nc.LogFile, LogLevel: nc.LogLevel, DefaultRoute: nc.DefaultRoute,
 	}
 	if c.Network == "" {
 		return nil, fmt.Errorf("%w: network name is empty", ErrInvalidConfig)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"strings"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
@@ -41,7 +43,7 @@ func Check(p Pod) (Links, error) {
 	if err := checkHost(p, host); err != nil {
 		return l, err
 	}
-	l.PodMAC, err = checkPod(p, podNS, l.HostMAC)
+	l.PodMAC, l.Default, err = checkPod(p, podNS, l.HostMAC)
 	return l, err
 }
 
@@ -88,35 +90,71 @@ func hasRule(rules []netlink.Rule, ip netip.Addr, prio, table int) bool {
 	return false
 }
 
-func checkPod(p Pod, podNS netns.NsHandle, hostMAC net.HardwareAddr) (net.HardwareAddr, error) {
+func checkPod(p Pod, podNS netns.NsHandle, hostMAC net.HardwareAddr) (mac net.HardwareAddr, carries bool, err error) {
 	h, link, err := podLink(p, podNS)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrPodMismatch, err)
+		return nil, false, fmt.Errorf("%w: %v", ErrPodMismatch, err)
 	}
 	defer h.Close()
 	if err := checkPodAddr(h, link, p); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	routes, err := h.RouteListFiltered(unix.AF_INET, &netlink.Route{LinkIndex: link.Attrs().Index}, netlink.RT_FILTER_OIF)
+	if carries, err = checkPodRoutes(h, link.Attrs().Index, p); err != nil {
+		return nil, false, err
+	}
+	if err := checkPodNeighbour(h, link, p, hostMAC); err != nil {
+		return nil, false, err
+	}
+	return link.Attrs().HardwareAddr, carries, nil
+}
+
+// checkPodRoutes finds the gateway's link route and the default via it
+// through the interface, in main (the interface carries the pod's default
+// route) or in the interface's own table with the rule that selects it
+// (another interface does): configurePod made one or the other.
+func checkPodRoutes(h netlinksafe.Handle, idx int, p Pod) (carries bool, err error) {
+	gwMain, defMain, err := podGatewayRoutes(h, idx, mainTable)
+	if err != nil || (gwMain && defMain) {
+		return err == nil, err
+	}
+	table := podTable(idx)
+	gwOwn, defOwn, err := podGatewayRoutes(h, idx, table)
 	if err != nil {
-		return nil, fmt.Errorf("list routes in %s: %w", p.Netns, err)
+		return false, fmt.Errorf("list routes of table %d in %s: %w", table, p.Netns, err)
 	}
-	var haveGW, haveDefault bool
+	if !gwOwn || !defOwn {
+		return false, fmt.Errorf("%w: pod routes via %s dev %s missing in %s (main: link route %t, default %t; table %d: link route %t, default %t)",
+			ErrPodMismatch, GatewayIP(), p.IfName, p.Netns, gwMain, defMain, table, gwOwn, defOwn)
+	}
+	rules, err := retryDump(func() ([]netlink.Rule, error) { return h.RuleList(unix.AF_INET) })
+	if err != nil {
+		return false, fmt.Errorf("list rules in %s: %w", p.Netns, err)
+	}
+	for _, r := range rules {
+		if r.Table == table && r.Priority == PodRulePriority && r.Src != nil && r.Src.String() == hostNet(p.IP).String() {
+			return false, nil
+		}
+	}
+	return false, fmt.Errorf("%w: no rule from %s lookup %d in %s", ErrPodMismatch, p.IP, table, p.Netns)
+}
+
+// podGatewayRoutes reports whether table has the gateway's link route and
+// a default via the gateway, both through the link idx.
+func podGatewayRoutes(h netlinksafe.Handle, idx, table int) (gw, def bool, err error) {
+	filter := &netlink.Route{LinkIndex: idx, Table: table}
+	routes, err := h.RouteListFiltered(unix.AF_INET, filter, netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return false, false, err
+	}
 	for _, r := range routes {
 		switch {
 		case r.Dst != nil && r.Dst.String() == hostNet(GatewayIP()).String():
-			haveGW = true
-		case (r.Dst == nil || r.Dst.String() == "0.0.0.0/0") && r.Gw.Equal(GatewayIP().AsSlice()):
-			haveDefault = true
+			gw = true
+		case isDefaultRoute(r) && r.Gw.Equal(GatewayIP().AsSlice()):
+			def = true
 		}
 	}
-	if !haveGW || !haveDefault {
-		return nil, fmt.Errorf("%w: pod routes via %s missing in %s (link route %t, default %t)", ErrPodMismatch, GatewayIP(), p.Netns, haveGW, haveDefault)
-	}
-	if err := checkPodNeighbour(h, link, p, hostMAC); err != nil {
-		return nil, err
-	}
-	return link.Attrs().HardwareAddr, nil
+	return gw, def, nil
 }
 
 func checkPodAddr(h netlinksafe.Handle, link netlink.Link, p Pod) error {
@@ -133,17 +171,29 @@ func checkPodAddr(h netlinksafe.Handle, link netlink.Link, p Pod) error {
 	return fmt.Errorf("%w: %s has no address %s in %s", ErrPodMismatch, p.IfName, want, p.Netns)
 }
 
+// checkPodNeighbour: the pod resolves its gateway to the host veth. Setup
+// pins it (a permanent entry); a later plugin of the chain that changed
+// the pod's MAC or flushed its neighbours removed the pin, and then the
+// host veth's answer (proxy ARP, answerForGateway) resolves it. An entry
+// with another MAC is a mismatch either way.
 func checkPodNeighbour(h netlinksafe.Handle, link netlink.Link, p Pod, hostMAC net.HardwareAddr) error {
 	neighs, err := retryDump(func() ([]netlink.Neigh, error) { return h.NeighList(link.Attrs().Index, unix.AF_INET) })
 	if err != nil {
 		return fmt.Errorf("list neighbours in %s: %w", p.Netns, err)
 	}
 	for _, n := range neighs {
-		if n.IP.Equal(GatewayIP().AsSlice()) && n.State&netlink.NUD_PERMANENT != 0 && n.HardwareAddr.String() == hostMAC.String() {
-			return nil
+		if !n.IP.Equal(GatewayIP().AsSlice()) || n.State&(netlink.NUD_INCOMPLETE|netlink.NUD_FAILED) != 0 {
+			continue
 		}
+		if n.HardwareAddr.String() != hostMAC.String() {
+			return fmt.Errorf("%w: neighbour %s -> %s in %s, want %s", ErrPodMismatch, GatewayIP(), n.HardwareAddr, p.Netns, hostMAC)
+		}
+		return nil
 	}
-	return fmt.Errorf("%w: no permanent neighbour %s -> %s in %s", ErrPodMismatch, GatewayIP(), hostMAC, p.Netns)
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/conf/" + p.HostVeth + "/proxy_arp"); err == nil && strings.TrimSpace(string(b)) == "1" {
+		return nil
+	}
+	return fmt.Errorf("%w: no neighbour %s -> %s in %s, and %s does not answer ARP for it", ErrPodMismatch, GatewayIP(), hostMAC, p.Netns, p.HostVeth)
 }
 
 // retryDump repeats a netlink dump that the kernel flagged as interrupted

@@ -71,11 +71,30 @@ type Pod struct {
 	// destinations (the VPC's CIDRs when the node SNATs the rest through
 	// the primary ENI); empty means all traffic from IP uses Table.
 	FromDsts []netip.Prefix
+	// Default says which interface of the pod carries its default route.
+	Default DefaultRoute
 }
 
-// Links are the MAC addresses of a wired attachment, for the CNI result.
+// DefaultRoute says whether an interface gets the pod's default route
+// (the netconf key defaultRoute).
+type DefaultRoute int
+
+const (
+	// DefaultIfFirst: the interface gets it when the pod has no default
+	// route yet, so the first interface attached (eth0) carries it and a
+	// second network (net1, as Multus adds) does not.
+	DefaultIfFirst DefaultRoute = iota
+	// DefaultAlways: the interface takes it, replacing another's.
+	DefaultAlways
+	// DefaultNever: the interface never carries it.
+	DefaultNever
+)
+
+// Links are the MAC addresses of a wired attachment, for the CNI result,
+// and whether its interface carries the pod's default route.
 type Links struct {
 	HostMAC, PodMAC net.HardwareAddr
+	Default         bool
 }
 
 // HostVethName derives the host-side interface name from the attachment's
@@ -117,7 +136,10 @@ func Setup(p Pod) (l Links, err error) {
 	if err = netlink.LinkSetUp(host); err != nil {
 		return l, fmt.Errorf("set %s up: %w", p.HostVeth, err)
 	}
-	if l.PodMAC, err = configurePod(p, podNS, l.HostMAC); err != nil {
+	if err = answerForGateway(p.HostVeth); err != nil {
+		return l, err
+	}
+	if l.PodMAC, l.Default, err = configurePod(p, podNS, l.HostMAC); err != nil {
 		return l, err
 	}
 	fault.Point("add:after-pod-config")
@@ -163,40 +185,111 @@ func createVeth(p Pod, podNS netns.NsHandle) (netlink.Link, error) {
 	return host, nil
 }
 
-// configurePod gives the pod end its address, the gateway routes and the
-// permanent neighbour entry for the gateway.
-func configurePod(p Pod, podNS netns.NsHandle, hostMAC net.HardwareAddr) (net.HardwareAddr, error) {
+// configurePod gives the pod end its address, its gateway's route and
+// permanent neighbour entry, and the routes through it. Several interfaces
+// of one pod each have their own gateway route on their own device (IPv4
+// routes are not told apart by device: a second `169.254.1.1 dev net1` in
+// main is EEXIST). The interface that carries the default route has them
+// in main, as the VPC CNI lays them out; every other one has them in a
+// table of its own that a rule selects for traffic from its address, so
+// replies leave by the interface the request came in on.
+func configurePod(p Pod, podNS netns.NsHandle, hostMAC net.HardwareAddr) (mac net.HardwareAddr, carries bool, err error) {
 	h, link, err := podLink(p, podNS)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer h.Close()
 	idx := link.Attrs().Index
 	addr := &netlink.Addr{IPNet: hostNet(p.IP)}
 	if err := h.AddrAdd(link, addr); err != nil {
-		return nil, fmt.Errorf("add %s to %s in %s: %w", p.IP, p.IfName, p.Netns, err)
+		return nil, false, fmt.Errorf("add %s to %s in %s: %w", p.IP, p.IfName, p.Netns, err)
 	}
 	if err := h.LinkSetUp(link); err != nil {
-		return nil, fmt.Errorf("set %s up in %s: %w", p.IfName, p.Netns, err)
+		return nil, false, fmt.Errorf("set %s up in %s: %w", p.IfName, p.Netns, err)
 	}
-	gw := hostNet(GatewayIP())
-	routes := []*netlink.Route{
-		{LinkIndex: idx, Dst: gw, Scope: netlink.SCOPE_LINK},
-		{LinkIndex: idx, Gw: gw.IP, Scope: netlink.SCOPE_UNIVERSE},
+	if carries, err = carriesDefault(h, p); err != nil {
+		return nil, false, err
 	}
-	for _, r := range routes {
-		if err := h.RouteAdd(r); err != nil {
-			return nil, fmt.Errorf("add route %s in %s: %w", r, p.Netns, err)
-		}
+	if err := addPodRoutes(h, p, idx, carries); err != nil {
+		return nil, false, err
 	}
 	neigh := &netlink.Neigh{
 		LinkIndex: idx, Family: unix.AF_INET, State: netlink.NUD_PERMANENT,
-		IP: gw.IP, HardwareAddr: hostMAC,
+		IP: GatewayIP().AsSlice(), HardwareAddr: hostMAC,
 	}
 	if err := h.NeighSet(neigh); err != nil {
-		return nil, fmt.Errorf("add neighbour %s in %s: %w", GatewayIP(), p.Netns, err)
+		return nil, false, fmt.Errorf("add neighbour %s in %s: %w", GatewayIP(), p.Netns, err)
 	}
-	return link.Attrs().HardwareAddr, nil
+	return link.Attrs().HardwareAddr, carries, nil
+}
+
+// PodRulePriority is the priority of the rule in the pod that sends
+// traffic from an interface's address, other than the default route's, to
+// that interface's table.
+const PodRulePriority = 1000
+
+// podTable is the pod-side table of an interface that does not carry the
+// default route: derived from its index so that CHECK finds it again.
+func podTable(linkIndex int) int { return 1000 + linkIndex }
+
+// carriesDefault decides whether p's interface gets the default route.
+func carriesDefault(h netlinksafe.Handle, p Pod) (bool, error) {
+	switch p.Default {
+	case DefaultAlways:
+		return true, nil
+	case DefaultNever:
+		return false, nil
+	}
+	routes, err := h.RouteListFiltered(unix.AF_INET, &netlink.Route{Table: mainTable}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return false, fmt.Errorf("list routes in %s: %w", p.Netns, err)
+	}
+	for _, r := range routes {
+		if isDefaultRoute(r) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func isDefaultRoute(r netlink.Route) bool {
+	return r.Dst == nil || (r.Dst.IP.IsUnspecified() && r.Dst.Mask != nil && maskOnes(r.Dst.Mask) == 0)
+}
+
+func maskOnes(m net.IPMask) int { ones, _ := m.Size(); return ones }
+
+// addPodRoutes adds the gateway's link route and the default via it: in
+// main for the interface that carries the default route (replacing another
+// default only when told to), else in the interface's own table with the
+// rule `from IP lookup table`.
+func addPodRoutes(h netlinksafe.Handle, p Pod, idx int, carries bool) error {
+	gw := hostNet(GatewayIP())
+	table := mainTable
+	if !carries {
+		table = podTable(idx)
+	}
+	routes := []*netlink.Route{
+		{LinkIndex: idx, Dst: gw, Scope: netlink.SCOPE_LINK, Table: table},
+		{LinkIndex: idx, Gw: gw.IP, Scope: netlink.SCOPE_UNIVERSE, Table: table},
+	}
+	for _, r := range routes {
+		add := h.RouteAdd
+		if p.Default == DefaultAlways {
+			add = h.RouteReplace
+		}
+		if err := add(r); err != nil {
+			return fmt.Errorf("add route %s in %s: %w", r, p.Netns, err)
+		}
+	}
+	if carries {
+		return nil
+	}
+	rule := netlink.NewRule()
+	rule.Src, rule.Table, rule.Priority, rule.Family = hostNet(p.IP), table, PodRulePriority, unix.AF_INET
+	if err := h.RuleAdd(rule); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("add rule from %s lookup %d in %s: %w", p.IP, table, p.Netns, err)
+	}
+	return nil
 }
 
 // podLink opens a netlink handle inside the pod's namespace (no thread
@@ -318,6 +411,26 @@ func isNotFound(err error) bool {
 
 func hostNet(ip netip.Addr) *net.IPNet {
 	return &net.IPNet{IP: ip.AsSlice(), Mask: net.CIDRMask(32, 32)}
+}
+
+// answerForGateway makes the host veth answer the pod's ARP requests for
+// its gateway (proxy ARP, at once rather than after a random delay of up
+// to 0.8 s). The pod's permanent neighbour entry for 169.254.1.1 spares it
+// the request, but a later plugin of the chain that changes the pod's MAC
+// (tuning's mac) or flushes its neighbours removes that entry, and then
+// only an answer keeps the pod on the network. The kernel answers for an
+// address it routes out of another interface: on a node, the default
+// route or the ENI table's.
+func answerForGateway(hostVeth string) error {
+	for _, set := range []struct{ path, value string }{
+		{"/proc/sys/net/ipv4/conf/" + hostVeth + "/proxy_arp", "1"},
+		{"/proc/sys/net/ipv4/neigh/" + hostVeth + "/proxy_delay", "0"},
+	} {
+		if err := os.WriteFile(set.path, []byte(set.value), 0o644); err != nil {
+			return fmt.Errorf("answer ARP for %s on %s: %w", GatewayIP(), hostVeth, err)
+		}
+	}
+	return nil
 }
 
 // enableForwarding turns on IPv4 forwarding in the node's namespace, without

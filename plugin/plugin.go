@@ -168,8 +168,18 @@ func abbreviate(items []string, n int) string {
 func (p *Plugin) podSpec(a alloc.Allocation, netns string, r netsetup.Routing) netsetup.Pod {
 	return netsetup.Pod{
 		Netns: netns, IfName: a.IfName, HostVeth: a.HostVeth, IP: a.IP,
-		MTU: p.Cfg.MTU, Table: r.Table, FromDsts: r.FromDsts,
+		MTU: p.Cfg.MTU, Table: r.Table, FromDsts: r.FromDsts, Default: defaultRoute(p.Cfg.DefaultRoute),
 	}
+}
+
+func defaultRoute(b *bool) netsetup.DefaultRoute {
+	switch {
+	case b == nil:
+		return netsetup.DefaultIfFirst
+	case *b:
+		return netsetup.DefaultAlways
+	}
+	return netsetup.DefaultNever
 }
 
 // waitingProvider is a provider whose ADD may wait for addresses (ec2):
@@ -255,9 +265,11 @@ func (p *Plugin) undo(ctx context.Context, at attachment, a alloc.Allocation, ex
 	return cause
 }
 
+// result is the ADD result. The gateway and the default route are only
+// the interface's that carries the pod's default route: a runtime or
+// Multus reads them as this attachment's claim to it.
 func (p *Plugin) result(a alloc.Allocation, netns string, l netsetup.Links) *current.Result {
-	gw := netsetup.GatewayIP().AsSlice()
-	return &current.Result{
+	r := &current.Result{
 		CNIVersion: current.ImplementedSpecVersion,
 		Interfaces: []*current.Interface{
 			{Name: a.HostVeth, Mac: l.HostMAC.String()},
@@ -266,10 +278,14 @@ func (p *Plugin) result(a alloc.Allocation, netns string, l netsetup.Links) *cur
 		IPs: []*current.IPConfig{{
 			Interface: current.Int(1),
 			Address:   net.IPNet{IP: a.IP.AsSlice(), Mask: net.CIDRMask(32, 32)},
-			Gateway:   gw,
 		}},
-		Routes: []*types.Route{{Dst: net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, GW: gw}},
 	}
+	if l.Default {
+		gw := netsetup.GatewayIP().AsSlice()
+		r.IPs[0].Gateway = gw
+		r.Routes = []*types.Route{{Dst: net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, GW: gw}}
+	}
+	return r
 }
 
 // del frees the attachment's address. It needs no netns: the host side is

@@ -45,7 +45,7 @@ func (f *fakeWire) Setup(p netsetup.Pod) (netsetup.Links, error) {
 		return netsetup.Links{}, f.setupErr
 	}
 	f.wired[p.HostVeth] = p.IP
-	return netsetup.Links{HostMAC: hostMAC, PodMAC: podMAC}, nil
+	return netsetup.Links{HostMAC: hostMAC, PodMAC: podMAC, Default: true}, nil
 }
 
 func (f *fakeWire) Check(p netsetup.Pod) (netsetup.Links, error) {
@@ -54,7 +54,7 @@ func (f *fakeWire) Check(p netsetup.Pod) (netsetup.Links, error) {
 	if ip, ok := f.wired[p.HostVeth]; !ok || ip != p.IP {
 		return netsetup.Links{}, fmt.Errorf("%w: host veth %s", netsetup.ErrHostMismatch, p.HostVeth)
 	}
-	return netsetup.Links{HostMAC: hostMAC, PodMAC: podMAC}, nil
+	return netsetup.Links{HostMAC: hostMAC, PodMAC: podMAC, Default: true}, nil
 }
 
 func (f *fakeWire) Unroute(atts []netsetup.Attachment) error {

@@ -29,7 +29,7 @@
 #   (go get mod@version + go build -mod=mod) without trying "go install" first.
 #
 # Result (TOOLS=${ENI_CNI_TOOLS:-/opt/eni-cni-test}):
-#   $TOOLS/bin/{ptp,host-local,loopback,portmap}   reference CNI plugins (static)
+#   $TOOLS/bin/{ptp,host-local,loopback,portmap,tuning,bandwidth}   reference CNI plugins (static)
 #   $TOOLS/bin/cnitool                             CNI CLI
 #   $TOOLS/bin/crictl                              CRI CLI v1.30.0
 #   $TOOLS/pause.tar                               docker-archive, tag localhost/eni-cni/pause:test
@@ -244,14 +244,15 @@ install_apt() {
 # ---------------------------------------------------------------- CNI
 install_plugins() {
 	local need=0 p
-	for p in ptp host-local loopback portmap; do
+	for p in ptp host-local loopback portmap tuning bandwidth; do
 		has_go_mod "$BIN/$p" "$PLUGINS_MOD" "$PLUGINS_VER" || need=1
 	done
 	[ $need = 1 ] || return 0
-	run_step "CNI plugins ptp host-local loopback portmap $PLUGINS_VER -> $BIN" \
+	run_step "CNI plugins ptp host-local loopback portmap tuning bandwidth $PLUGINS_VER -> $BIN" \
 		go_build_static "$PLUGINS_MOD" "$PLUGINS_VER" "$BIN" \
 		"$PLUGINS_MOD/plugins/main/ptp" "$PLUGINS_MOD/plugins/ipam/host-local" \
-		"$PLUGINS_MOD/plugins/main/loopback" "$PLUGINS_MOD/plugins/meta/portmap"
+		"$PLUGINS_MOD/plugins/main/loopback" "$PLUGINS_MOD/plugins/meta/portmap" \
+		"$PLUGINS_MOD/plugins/meta/tuning" "$PLUGINS_MOD/plugins/meta/bandwidth"
 }
 
 install_cnitool() {
