@@ -17,9 +17,8 @@ BIN=$(realpath "${1:-bin/eni-cni}")
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 [ "$(id -u)" = 0 ] || { echo "demo-ec2: needs root (network namespaces)" >&2; exit 1; }
 [ -x "$BIN" ] || { echo "demo-ec2: $BIN not built (run make build)" >&2; exit 1; }
-for tool in go jq nsenter ip ping curl; do
-	command -v "$tool" >/dev/null || { echo "demo-ec2: $tool not found" >&2; exit 1; }
-done
+command -v go >/dev/null || { echo "demo-ec2: go not found" >&2; exit 1; }
+bash "$ROOT/scripts/demo-deps.sh" jq nsenter ip ping curl
 
 START=$(date +%s%N)
 tag="ecni-ec2demo-$$"

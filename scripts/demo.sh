@@ -8,6 +8,7 @@ set -euo pipefail
 BIN=$(realpath "${1:-bin/eni-cni}")
 [ "$(id -u)" = 0 ] || { echo "demo: needs root (network namespaces)" >&2; exit 1; }
 [ -x "$BIN" ] || { echo "demo: $BIN not built (run make build)" >&2; exit 1; }
+bash "$(dirname "${BASH_SOURCE[0]}")/demo-deps.sh" ip ping jq nsenter sha256sum
 
 tag="ecni-demo-$$"
 NODE="$tag-node"
