@@ -23,8 +23,8 @@ func cmdDoctor(args []string, stdout, stderr io.Writer) error {
 	var results []doctor.Result
 	p, path, err := f.load()
 	if err != nil {
-		results = []doctor.Result{{Name: "config", Status: doctor.Fail, Message: err.Error(),
-			Fix: "fix the file, or point --config at the conflist with the eni-cni plugin"}}
+		results = append([]doctor.Result{doctor.NoConfig(err)},
+			doctor.Run(context.Background(), doctor.NodeEnvWithoutConfig(*root, *proc, *endpoint))...)
 	} else {
 		results = append([]doctor.Result{{Name: "config", Status: doctor.OK,
 			Message: fmt.Sprintf("%s: network %q, %s pool, state in %s", path, p.Cfg.Network, p.Cfg.Provider, p.Cfg.StateDir)}},

@@ -238,3 +238,10 @@ func normMAC(s string) string {
 	}
 	return strings.ToLower(s)
 }
+
+// NoConfig is the one finding of a node without a usable configuration;
+// the checks of NodeEnvWithoutConfig follow it.
+func NoConfig(err error) Result {
+	return fail("config", "install one (`eni-cni install`, docs/install.md), or point --config at the conflist with the eni-cni plugin",
+		"%v; the checks below need none", err)
+}

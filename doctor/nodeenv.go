@@ -63,3 +63,15 @@ func NodeEnv(cfg *netconf.Config, store alloc.Store, host gc.Host, root, proc, c
 	}
 	return e
 }
+
+// NodeEnvWithoutConfig is the Env of a node with no usable eni-cni
+// configuration (none installed yet, or one that does not parse): what an
+// operator wants to know before installing needs none (IMDS and the
+// instance's permissions, the other network managers, udev, the kernel's
+// settings, iptables, the CRI runtime, the timers, kubelet), so those
+// checks run as for an ec2 network with the defaults; the store's and the
+// wiring's are skipped.
+func NodeEnvWithoutConfig(root, proc, criEndpoint string) *Env {
+	cfg := &netconf.Config{Provider: netconf.EC2, StateDir: netconf.DefaultStateDir, VethPrefix: netconf.DefaultVethPrefix}
+	return NodeEnv(cfg, nil, nil, root, proc, criEndpoint)
+}

@@ -91,3 +91,49 @@ func TestDoctorInNamespaces(t *testing.T) {
 	}
 	nw.del(t, p, p.path())
 }
+
+// TestDoctorWithoutConfig: on a node with no eni-cni conflist yet, doctor
+// reports the missing config as one finding and still runs every check
+// that needs none (IMDS, the kernel's settings, the CRI runtime, the
+// network managers, the timers). It used to print only "no eni-cni config".
+func TestDoctorWithoutConfig(t *testing.T) {
+	n := newNode(t)
+	env := map[string]string{"ENI_CNI_CACHE_DIR": os.Getenv("ENI_CNI_CACHE_DIR")}
+	o, err := runIn(t.Context(), n.path(), env, nil, pluginBin, "doctor", "--json", "--conf-dir", t.TempDir(),
+		"--root", t.TempDir(), "--cri-endpoint", "unix://"+filepath.Join(t.TempDir(), "none.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rs []doctorResult
+	if err := json.Unmarshal(o.stdout, &rs); err != nil {
+		t.Fatalf("doctor output: %v: %s", err, o)
+	}
+	if o.exit == 0 {
+		t.Errorf("doctor without a config exited 0: %s", o)
+	}
+	got := map[string]doctorResult{}
+	configs, ran := 0, 0
+	for _, r := range rs {
+		got[r.Name] = r
+		if r.Name == "config" {
+			configs++
+		}
+		if r.Status != "skip" {
+			ran++
+		}
+	}
+	if r := got["config"]; configs != 1 || r.Status != "fail" || !containsAll(r.Message, "no config") {
+		t.Errorf("config findings: %d, %+v; want one failure saying there is no config", configs, r)
+	}
+	wantDoctor(t, got, "ip_forward", "fail")
+	wantDoctor(t, got, "cri", "fail")
+	wantDoctor(t, got, "timer-gc", "fail")
+	for _, name := range []string{"imds", "systemd-networkd", "NetworkManager", "udev-mac-policy", "rp_filter", "iptables-forward", "kubelet-maxpods"} {
+		if _, ok := got[name]; !ok {
+			t.Errorf("no %s check without a config: %v", name, rs)
+		}
+	}
+	if ran < 8 {
+		t.Errorf("only %d checks ran without a config: %v", ran, rs)
+	}
+}
