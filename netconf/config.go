@@ -151,9 +151,9 @@ type Config struct {
 	// second network, as Multus adds, gets routes for its own address).
 	DefaultRoute *bool
 	LogFile      string
-	LogLevel    string
-	LogMaxSize  int64 // bytes; 0: no rotation
-	LogMaxFiles int   // rotated files kept
+	LogLevel     string
+	LogMaxSize   int64 // bytes; 0: no rotation
+	LogMaxFiles  int   // rotated files kept
 	// MetricsFile is the node_exporter textfile ("" when off); see
 	// MetricsPath for the default.
 	MetricsFile string
