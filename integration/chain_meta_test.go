@@ -9,19 +9,29 @@ import (
 )
 
 // withUplink gives the node what every real node has and a test node
-// lacks: an interface with the default route (a dummy here, nothing is
-// sent on it). The host veth answers a pod's ARP for its gateway only for
+// lacks: an interface with the default route (a veth pair of its own
+// here, nothing is sent on it). The host veth answers a pod's ARP for its gateway only for
 // an address the node routes out of another interface.
 func (n *node) withUplink(t *testing.T) {
 	t.Helper()
-	up := &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: "uplink0"}}
+	up := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "uplink0"}, PeerName: "uplink0p"}
 	if err := n.h.LinkAdd(up); err != nil {
 		t.Fatalf("add uplink: %v", err)
 	}
-	if err := n.h.LinkSetUp(up); err != nil {
+	for _, name := range []string{"uplink0", "uplink0p"} {
+		l, err := n.h.LinkByName(name)
+		if err == nil {
+			err = n.h.LinkSetUp(l)
+		}
+		if err != nil {
+			t.Fatalf("set %s up: %v", name, err)
+		}
+	}
+	link, err := n.h.LinkByName("uplink0")
+	if err != nil {
 		t.Fatal(err)
 	}
-	def := &netlink.Route{LinkIndex: up.Attrs().Index, Dst: &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, Scope: netlink.SCOPE_LINK}
+	def := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, Scope: netlink.SCOPE_LINK}
 	if err := n.h.RouteAdd(def); err != nil {
 		t.Fatalf("add default route via uplink: %v", err)
 	}

@@ -149,7 +149,7 @@ func TestBadInputs(t *testing.T) {
 		p := newPod(t, "pod-taken")
 		h := openHandle(t, p.path())
 		defer h.Close()
-		if err := h.LinkAdd(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}}); err != nil {
+		if err := h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "other0"}); err != nil {
 			t.Fatal(err)
 		}
 		stateBefore, vethsBefore := nw.stateBytes(t), n.vethNames(t)

@@ -96,14 +96,13 @@ func TestMultusTwoNetworksAndAnotherPlugin(t *testing.T) {
 			t.Errorf("pod from %s to the node: %v", ip, err)
 		}
 	}
-	for i, l := range []listing{a.list(t), b.list(t)} {
-		want := [...]struct {
-			ifName string
-			ip     netip.Addr
-		}{{"eth0", ipA}, {"net1", ipB}}[i]
-		if len(l.Allocations) != 1 || l.Allocations[0].IfName != want.ifName || l.Allocations[0].IP != want.ip.String() {
-			t.Errorf("list of network %d: %+v, want %s on %s", i, l.Allocations, want.ip, want.ifName)
-		}
+	// list shows the whole (shared) store: each network's attachment with its ifname.
+	listed := map[string]string{}
+	for _, x := range a.list(t).Allocations {
+		listed[x.Network+"/"+x.IfName] = x.IP
+	}
+	if len(listed) != 2 || listed[a.name+"/eth0"] != ipA.String() || listed[b.name+"/net1"] != ipB.String() {
+		t.Errorf("list: %v, want %s on %s/eth0 and %s on %s/net1", listed, ipA, a.name, ipB, b.name)
 	}
 	for name, c := range map[string]func() error{"eth0": func() error { return runA.check(t, eth0) },
 		"net1": func() error { return runB.check(t, net1) }, "net2": func() error { return runC.check(t, net2) }} {

@@ -18,6 +18,8 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	cniversion "github.com/containernetworking/cni/pkg/version"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2/provider"
 	"github.com/eni-cni/eni-cni/gc"
@@ -327,8 +329,14 @@ func validateNetns(path string) error {
 	if path == "" {
 		return fmt.Errorf("%w: CNI_NETNS is empty", errInvalidNetns)
 	}
-	if _, err := os.Stat(path); err != nil {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(path, &fs); err != nil {
 		return fmt.Errorf("%w: %s: %v", errInvalidNetns, path, err)
+	}
+	// CheckNetNS compares inodes only: /etc/hostname passed it, and the
+	// veth's creation failed later with EINVAL (code 999).
+	if fs.Type != unix.NSFS_MAGIC && fs.Type != unix.PROC_SUPER_MAGIC {
+		return fmt.Errorf("%w: %s is not a network namespace", errInvalidNetns, path)
 	}
 	same, e := cnins.CheckNetNS(path)
 	if e != nil {
