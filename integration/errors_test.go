@@ -152,10 +152,12 @@ func TestBadInputs(t *testing.T) {
 		if err := h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "other0"}); err != nil {
 			t.Fatal(err)
 		}
-		stateBefore, vethsBefore := nw.stateBytes(t), n.vethNames(t)
+		vethsBefore := n.vethNames(t)
 		wantCNIError(t, "ADD into a pod that has eth0", nw.run(t, cniEnv("ADD", p), nw.config(t)), 4, "eth0 exists in "+p.path())
-		if after := nw.stateBytes(t); !bytes.Equal(after, stateBefore) {
-			t.Errorf("state file changed:\nbefore %s\nafter  %s", stateBefore, after)
+		// Found while wiring: the address taken for it is given back
+		// (only the round-robin position moves).
+		if l := nw.list(t); len(l.Allocations) != 1 || l.Allocations[0].ContainerID != seed.containerID || l.Pool.Cooling != 0 {
+			t.Errorf("after the failed ADD: allocations %+v, pool %+v; want only the seed pod's, nothing cooling", l.Allocations, l.Pool)
 		}
 		if after := n.vethNames(t); !slices.Equal(after, vethsBefore) {
 			t.Errorf("node veths changed from %v to %v", vethsBefore, after)
