@@ -24,6 +24,10 @@ const WarmTimeout = 5 * time.Minute
 // WarmLockName is held by the one warm pass running on a node.
 const WarmLockName = "warm.lock"
 
+// MarkSeenName remembers what the NodePort marking's last intact look saw
+// (NodeHost.MarkSeen).
+const MarkSeenName = "nodeport.seen"
+
 // WarmPass runs one pass of `eni-cni warm` for the network of cfg: one at a
 // time per node (warm.lock), IMDS first, then the Warmer against EC2, then
 // the SNAT chain. ran is false when there was nothing to run (a static
@@ -65,7 +69,8 @@ func WarmPass(cfg *netconf.Config, mgr *alloc.Manager, out io.Writer, calls *Cal
 	}
 	w := &Warmer{
 		Mgr: mgr, MD: md, API: NewAPI(cfg.EC2Endpoint, inst.Region(), md, calls.Option()),
-		Host: NodeHost{MTU: cfg.MTU, SNAT: cfg.SNAT, VethPrefix: cfg.VethPrefix}, Cfg: cfg.Warm, Out: out,
+		Host: NodeHost{MTU: cfg.MTU, SNAT: cfg.SNAT, VethPrefix: cfg.VethPrefix, MarkSeen: filepath.Join(cfg.StateDir, MarkSeenName)},
+		Cfg:  cfg.Warm, Out: out,
 	}
 	err = w.RunWith(ctx, inst)
 	if serr := syncSNAT(ctx, cfg, mgr, out); serr != nil {
