@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"unsafe"
@@ -29,8 +30,10 @@ import (
 //     byte counters, which traffic moves, zeroed.
 //
 // A back end that is not there is written as absent (it takes a change to
-// make it present, which the string then shows); one that is there but
-// cannot be read makes the whole witness "", which never matches. The
+// make it present, which the string then shows: nf_tables a module not
+// loaded, which is not loaded to ask; no legacy mangle table, which is not
+// created to ask); one that is there but cannot be read, or whose presence
+// cannot be told, makes the whole witness "", which never matches. The
 // network namespace (its cookie, unique in a boot, or its inode where the
 // kernel has no cookies) and the boot bind it: a generation counts from
 // zero again in a new namespace.
@@ -94,6 +97,16 @@ func netnsID() (string, error) {
 
 // nftGeneration asks nf_tables for its ruleset generation (NFT_MSG_GETGEN).
 func nftGeneration() (string, error) {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "", err
+	}
+	switch nfTablesModule("/", unix.ByteSliceToString(u.Release[:])) {
+	case moduleUnloaded:
+		return "absent", nil // no ruleset without the module
+	case moduleUnknown:
+		return "", errors.New("cannot tell whether nf_tables is loaded")
+	}
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
 	if errors.Is(err, unix.EPROTONOSUPPORT) {
 		return "absent", nil // no nfnetlink in this kernel: no nf_tables either
@@ -142,6 +155,44 @@ func nftGeneration() (string, error) {
 		return "", errors.New("nf_tables' generation: no NFTA_GEN_ID")
 	}
 	return fmt.Sprintf("generation %d", binary.BigEndian.Uint32(id)), nil
+}
+
+type moduleState int
+
+const (
+	moduleUsable   moduleState = iota // built in, or loaded
+	moduleUnloaded                    // a loadable module, not loaded now
+	moduleUnknown
+)
+
+// nfTablesModule says whether nf_tables may be asked: asking a kernel whose
+// nf_tables is a module not loaded would load it (netfilter modules load
+// on demand), which listing a node's legacy iptables never did. Such a
+// kernel has no nf_tables ruleset; when it cannot be told, there is no
+// witness and the table is listed. root is "/" but in tests; release is
+// the running kernel's.
+func nfTablesModule(root, release string) moduleState {
+	mods, err := os.ReadFile(filepath.Join(root, "proc/modules"))
+	if errors.Is(err, os.ErrNotExist) {
+		return moduleUsable // a kernel without loadable modules
+	}
+	if err != nil {
+		return moduleUnknown
+	}
+	if strings.Contains("\n"+string(mods), "\nnf_tables ") {
+		return moduleUsable
+	}
+	if _, err := os.Stat(filepath.Join(root, "sys/module/nf_tables")); err == nil {
+		return moduleUsable
+	}
+	builtin, err := os.ReadFile(filepath.Join(root, "lib/modules", release, "modules.builtin"))
+	switch {
+	case err != nil:
+		return moduleUnknown
+	case strings.Contains(string(builtin), "/nf_tables.ko"):
+		return moduleUsable
+	}
+	return moduleUnloaded
 }
 
 // parseAttrs reads netlink attributes (type → payload).

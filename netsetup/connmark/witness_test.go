@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -120,4 +121,35 @@ func containsPackets(listing string) bool {
 		}
 	}
 	return false
+}
+
+// TestNFTablesModule: nf_tables is asked for its generation only where
+// that cannot load it; a module known not to be loaded holds no ruleset.
+func TestNFTablesModule(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		files map[string]string
+		want  moduleState
+	}{
+		{"no loadable modules", nil, moduleUsable},
+		{"loaded", map[string]string{"proc/modules": "xt_comment 12288 1 - Live 0x0\nnf_tables 245760 0 - Live 0x0\n"}, moduleUsable},
+		{"in sysfs", map[string]string{"proc/modules": "x 1 0 - Live 0x0\n", "sys/module/nf_tables/uevent": ""}, moduleUsable},
+		{"built in", map[string]string{"proc/modules": "x 1 0 - Live 0x0\n", "lib/modules/6.1.0/modules.builtin": "kernel/net/netfilter/nf_tables.ko\n"}, moduleUsable},
+		{"a module not loaded", map[string]string{"proc/modules": "x 1 0 - Live 0x0\n", "lib/modules/6.1.0/modules.builtin": "kernel/net/ipv4/tcp_cubic.ko\n"}, moduleUnloaded},
+		{"cannot tell", map[string]string{"proc/modules": "x 1 0 - Live 0x0\n"}, moduleUnknown},
+	} {
+		root := t.TempDir()
+		for name, data := range c.files {
+			path := filepath.Join(root, name)
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := nfTablesModule(root, "6.1.0"); got != c.want {
+			t.Errorf("%s: %d, want %d", c.name, got, c.want)
+		}
+	}
 }
