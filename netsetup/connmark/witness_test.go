@@ -35,17 +35,7 @@ func TestIntactSinceSkipsOnlyUnchangedTables(t *testing.T) {
 			t.Errorf("IntactSince without a witness and without iptables: %v, %v; want no", ok, err)
 		}
 		t.Setenv("PATH", path)
-		for _, c := range []struct {
-			what string
-			args []string
-		}{
-			{"flushed chain", []string{"iptables", "-t", "mangle", "-F", Chain}},
-			{"lost jump", []string{"iptables", "-t", "mangle", "-D", "PREROUTING", "-m", "comment", "--comment", comment, "-j", Chain}},
-			{"extra rule", []string{"iptables", "-t", "mangle", "-A", Chain, "-j", "RETURN"}},
-			{"rule for another link", []string{"iptables", "-t", "mangle", "-R", Chain, "1", "-i", "ens9", "-j", "CONNMARK", "--set-xmark", "0x80/0x80"}},
-			{"lost ip rule", []string{"ip", "rule", "del", "priority", "1024"}},
-			{"strict rp_filter", []string{"sysctl", "-qw", "net.ipv4.conf.ens5.rp_filter=1"}},
-		} {
+		for _, c := range drifts {
 			run(t, c.args...)
 			if ok, _, err := IntactSince(spec, seen); err != nil || ok {
 				t.Errorf("%s: IntactSince with the witness from before %v, %v; want no", c.what, ok, err)
