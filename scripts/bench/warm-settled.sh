@@ -6,7 +6,8 @@
 # process as the timer runs it (the lean binary, which execs its cached
 # full build), timed as a whole (user+sys of the process; the pass waits
 # for every child it starts; the times include the nsenter and env that
-# start it). Prints the medians. BIN_B, if given, is
+# start it; the floor, the same wrappers running /bin/true, is timed in
+# turn with the passes and printed too). Prints the medians. BIN_B, if given, is
 # timed the same way in a world of its own, pass for pass in turn with BIN
 # (A B A B ...), so that both see the same machine.
 # Usage: scripts/bench/warm-settled.sh BIN [RUNS] [BIN_B]   (root)
@@ -58,6 +59,8 @@ world() {
 		  "pool": { "source": "ec2", "warmIPTarget": 3 } } ] }
 	JSON
 	echo "nsenter --net=/var/run/netns/$ns env $(sed -n 's/^export //p' "$dir/ec2.env" | tr '\n' ' ') $bin warm --config $dir/conf.conflist" >"$dir/pass"
+	mkdir -p "$WORK/floor"
+	echo "nsenter --net=/var/run/netns/$ns env $(sed -n 's/^export //p' "$dir/ec2.env" | tr '\n' ' ') /bin/true" >"$WORK/floor/pass"
 	for _ in 1 2 3; do $(cat "$dir/pass") >/dev/null; done
 	sleep 2.5 # the full build's digest is recorded once its file is older than 2 s
 	$(cat "$dir/pass") >/dev/null
@@ -85,6 +88,8 @@ world a "$1"
 for _ in $(seq "$RUNS"); do
 	timed a
 	[ -z "${3:-}" ] || timed b
+	timed floor
 done
 report "$1" a
 [ -z "${3:-}" ] || report "$3" b
+report "floor (time, nsenter and env running /bin/true)" floor
