@@ -10,10 +10,16 @@
 # turn with the passes and printed too). Prints the medians. BIN_B, if given, is
 # timed the same way in a world of its own, pass for pass in turn with BIN
 # (A B A B ...), so that both see the same machine.
-# Usage: scripts/bench/warm-settled.sh BIN [RUNS] [BIN_B]   (root)
+# PODS=N (default 0) settles a c5.4xlarge with N pods' allocations written
+# into the store (addresses of the primary ENI, no veths: what a pass reads
+# and decodes grows with them) and warmIPTarget addresses free beside them.
+# Usage: [PODS=N] scripts/bench/warm-settled.sh BIN [RUNS] [BIN_B]   (root)
 set -euo pipefail
 
 RUNS=${2:-40}
+PODS=${PODS:-0}
+TYPE=t3.medium
+[ "$PODS" = 0 ] || TYPE=c5.4xlarge
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 [ "$(id -u)" = 0 ] || { echo "warm-settled: needs root (network namespaces)" >&2; exit 1; }
 WORK=$(mktemp -d /tmp/warm-settled.XXXX)
@@ -27,6 +33,15 @@ cleanup() {
 trap cleanup EXIT
 (cd "$ROOT" && CGO_ENABLED=0 go build -o "$WORK/ec2fake" ./ec2/ec2fake/cmd/ec2fake)
 
+# conf DIR URL TARGET: the network's configuration, warmIPTarget TARGET.
+conf() {
+	cat >"$1/conf.conflist" <<-JSON
+		{ "cniVersion": "1.0.0", "name": "pods", "plugins": [ { "type": "eni-cni", "stateDir": "$1/state",
+		  "logFile": "$1/eni-cni.log", "imdsEndpoint": "$2", "ec2Endpoint": "$2",
+		  "pool": { "source": "ec2", "warmIPTarget": $3 } } ] }
+	JSON
+}
+
 # world NAME BIN: a settled node for BIN in namespace NAME; leaves the
 # command of one pass in $WORK/NAME/pass.
 world() {
@@ -38,7 +53,7 @@ world() {
 	ip netns add "$vpc"
 	NSS+=("$vpc")
 	ip -n "$ns" link set lo up
-	nsenter --net="/var/run/netns/$ns" "$WORK/ec2fake" --instance-type t3.medium --vpc-cidr 10.98.0.0/16 \
+	nsenter --net="/var/run/netns/$ns" "$WORK/ec2fake" --instance-type "$TYPE" --vpc-cidr 10.98.0.0/16 \
 		--subnet-cidr 10.98.0.0/20 --describe "$dir/ec2.json" --env-file "$dir/ec2.env" >"$dir/fake.out" 2>"$dir/fake.err" &
 	PIDS+=($!)
 	for _ in $(seq 100); do
@@ -53,15 +68,22 @@ world() {
 	ip -n "$ns" link set ens5 up
 	ip -n "$ns" addr add "$ip/20" dev ens5
 	ip -n "$ns" route add default via 10.98.0.1 dev ens5
-	cat >"$dir/conf.conflist" <<-JSON
-		{ "cniVersion": "1.0.0", "name": "pods", "plugins": [ { "type": "eni-cni", "stateDir": "$dir/state",
-		  "logFile": "$dir/eni-cni.log", "imdsEndpoint": "$url", "ec2Endpoint": "$url",
-		  "pool": { "source": "ec2", "warmIPTarget": 3 } } ] }
-	JSON
+	conf "$dir" "$url" $((PODS + 3))
 	echo "nsenter --net=/var/run/netns/$ns env $(sed -n 's/^export //p' "$dir/ec2.env" | tr '\n' ' ') $bin warm --config $dir/conf.conflist" >"$dir/pass"
 	mkdir -p "$WORK/floor"
 	echo "nsenter --net=/var/run/netns/$ns env $(sed -n 's/^export //p' "$dir/ec2.env" | tr '\n' ' ') /bin/true" >"$WORK/floor/pass"
 	for _ in 1 2 3; do $(cat "$dir/pass") >/dev/null; done
+	if [ "$PODS" != 0 ]; then
+		jq --argjson n "$PODS" '.allocations = [.ec2.addrs[:$n][] | {network: "pods",
+			containerID: ("bench-" + (.ip | gsub("[.]"; "-"))), ifname: "eth0", ip, podNamespace: "default",
+			podName: ("pod-" + (.ip | gsub("[.]"; "-"))), podUID: "uid", netns: "/var/run/netns/none",
+			hostVeth: ("enib" + (.ip | split(".") | .[3])), eni, allocatedAt: .addedAt}]' \
+			"$dir/state/state.json" >"$dir/state.new"
+		mv "$dir/state.new" "$dir/state/state.json"
+		chmod 600 "$dir/state/state.json"
+		conf "$dir" "$url" 3
+		for _ in 1 2; do $(cat "$dir/pass") >/dev/null; done
+	fi
 	sleep 2.5 # the full build's digest is recorded once its file is older than 2 s
 	$(cat "$dir/pass") >/dev/null
 }
