@@ -1,7 +1,9 @@
 package main
 
 import (
+	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -23,4 +25,45 @@ func TestLeanBuildStaysLean(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestFullBuildKeepsDeadCodeElimination guards the full build's size and
+// start-up: grpc-go links golang.org/x/net/trace unless built with the
+// grpcnotrace tag, and trace's html/template (a reflect.Method user) makes
+// the linker keep every exported method of every reachable type. The
+// Makefile builds with FULL_TAGS; this checks that those tags keep every
+// such package out.
+func TestFullBuildKeepsDeadCodeElimination(t *testing.T) {
+	tags := makefileVar(t, "FULL_TAGS")
+	out, err := exec.Command("go", "list", "-e", "-tags", tags, "-deps", ".").Output()
+	if err != nil {
+		t.Skipf("go list unavailable: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, "google.golang.org/grpc") {
+		t.Fatal("the full build does not link grpc: this test no longer guards anything")
+	}
+	for _, dep := range deps {
+		switch dep {
+		case "golang.org/x/net/trace", "html/template", "text/template":
+			t.Errorf("the full build (-tags %q) links %s, which turns off the linker's dead code elimination of methods", tags, dep)
+		}
+	}
+}
+
+// makefileVar returns the value of a simple `NAME := value` line of the
+// Makefile, so the test checks the flags the shipped build really uses.
+func makefileVar(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile("Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" :="); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	t.Fatalf("Makefile has no %s := line", name)
+	return ""
 }

@@ -145,6 +145,16 @@ func networksOf(as []Allocation) []string {
 	return out
 }
 
+// Clone returns a deep copy of s, for a store that hands out one decoded
+// state many times (DiskStore.ReuseDecoded): each caller changes its own.
+func (s *State) Clone() *State {
+	c := *s
+	c.Allocations, c.Cooling = slices.Clone(s.Allocations), slices.Clone(s.Cooling)
+	c.Demands, c.Networks = slices.Clone(s.Demands), slices.Clone(s.Networks)
+	c.EC2 = s.EC2.Clone()
+	return &c
+}
+
 // NewState returns the state of a node that has never run the plugin.
 func NewState(bootID string) *State {
 	return &State{Version: SchemaVersion, BootID: bootID, Allocations: []Allocation{}, Cooling: []Cooling{}}

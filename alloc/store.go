@@ -1,6 +1,7 @@
 package alloc
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -81,6 +83,15 @@ type DiskStore struct {
 	// save writes the state file; tests set its CreateTemp to inject
 	// write errors (a full disk) without filling one.
 	save atomicfile.Writer
+	// memo is the last state Load decoded, kept when ReuseDecoded.
+	memo *memo
+}
+
+// memo is a decoded state and the bytes it was decoded from.
+type memo struct {
+	mu  sync.Mutex
+	raw []byte
+	st  *State
 }
 
 // NewDiskStore returns a store in dir. The directory (mode 0700) is
@@ -250,11 +261,49 @@ func (d *DiskStore) Load() (*State, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read state %s: %w", path, err)
 	}
+	if st := d.memo.get(data); st != nil {
+		return st, nil
+	}
 	st, err := DecodeState(data)
 	if err != nil {
 		return nil, fmt.Errorf("read state %s: %w", path, err)
 	}
+	d.memo.put(data, st)
 	return st, nil
+}
+
+// ReuseDecoded makes Load decode the file only when its bytes differ from
+// those it last decoded, and hand out a copy of that state otherwise. A
+// warm pass on a settled node looks at the store about ten times, each
+// under the lock and each reading the file whole, so it still sees every
+// change another process saves; decoding it was most of those looks.
+func (d *DiskStore) ReuseDecoded() {
+	if d.memo == nil {
+		d.memo = &memo{}
+	}
+}
+
+// get returns a copy of the state decoded from raw, or nil.
+func (m *memo) get(raw []byte) *State {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.st == nil || !bytes.Equal(m.raw, raw) {
+		return nil
+	}
+	return m.st.Clone()
+}
+
+// put keeps a copy of st, decoded from raw: the caller changes its own.
+func (m *memo) put(raw []byte, st *State) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.raw, m.st = raw, st.Clone()
 }
 
 // ReadRaw returns the bytes of the state file after checking that it is a

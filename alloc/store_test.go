@@ -19,7 +19,7 @@ import (
 	. "github.com/eni-cni/eni-cni/alloc"
 )
 
-func newDiskManager(t *testing.T, dir, pool string) *Manager {
+func newDiskManager(t testing.TB, dir, pool string) *Manager {
 	t.Helper()
 	s, err := NewDiskStore(dir)
 	if err != nil {
@@ -375,5 +375,81 @@ func assertNoTempFiles(t *testing.T, dir string) {
 		if strings.Contains(e.Name(), ".tmp-") {
 			t.Errorf("temporary file %s left behind", e.Name())
 		}
+	}
+}
+
+// TestReuseDecodedSeesEveryChange: a store that reuses its last decode
+// (a warm pass's) still sees each change another process saves, and a
+// caller's change to a loaded state, saved or not, never reaches the
+// state the next Load hands out.
+func TestReuseDecodedSeesEveryChange(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	ctx := context.Background()
+	m := newDiskManager(t, dir, "10.0.0.0/24")
+	m.Store.(*DiskStore).ReuseDecoded()
+	other := newDiskManager(t, dir, "10.0.0.0/24")
+	if _, _, err := other.Allocate(ctx, req("first")); err != nil {
+		t.Fatal(err)
+	}
+	count := func() int {
+		t.Helper()
+		n := -1
+		if err := m.Update(ctx, func(st *State) (bool, error) {
+			n = len(st.Allocations)
+			st.Allocations = append(st.Allocations, Allocation{}) // changed, not saved
+			return false, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := count(); n != 1 {
+		t.Fatalf("first load: %d allocations, want 1", n)
+	}
+	for range 2 {
+		if n := count(); n != 1 {
+			t.Fatalf("unchanged file: %d allocations, want 1 (a caller's change leaked into the reused state)", n)
+		}
+	}
+	if _, _, err := other.Allocate(ctx, req("second")); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 2 {
+		t.Fatalf("after another process's save: %d allocations, want 2", n)
+	}
+	if _, _, err := m.Allocate(ctx, req("third")); err != nil {
+		t.Fatal(err)
+	}
+	if _, found, err := other.Get(ctx, key("third")); err != nil || !found {
+		t.Fatalf("own save not on disk: %v %v", found, err)
+	}
+	if n := count(); n != 3 {
+		t.Fatalf("after its own save: %d allocations, want 3", n)
+	}
+}
+
+// BenchmarkLoadUnchanged is one look at an unchanged state file of 30
+// pods, as a warm pass makes about ten times: decoded each time, and with
+// ReuseDecoded (read and compared, then copied).
+func BenchmarkLoadUnchanged(b *testing.B) {
+	for _, reuse := range []bool{false, true} {
+		b.Run(fmt.Sprintf("reuse=%v", reuse), func(b *testing.B) {
+			dir := filepath.Join(b.TempDir(), "state")
+			m := newDiskManager(b, dir, "10.0.0.0/24")
+			for i := range 30 {
+				if _, _, err := m.Allocate(context.Background(), req(fmt.Sprintf("pod-%d", i))); err != nil {
+					b.Fatal(err)
+				}
+			}
+			s := m.Store.(*DiskStore)
+			if reuse {
+				s.ReuseDecoded()
+			}
+			for b.Loop() {
+				if _, err := s.Load(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

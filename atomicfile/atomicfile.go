@@ -39,6 +39,13 @@ type Writer struct {
 	// BeforeRename, if set, runs when the temporary file is complete and
 	// synced, just before it replaces the target (a crash point).
 	BeforeRename func()
+	// NoSync skips both fsyncs, for files whose loss in a power cut is
+	// harmless (a record of counters that may start again): readers
+	// still never see a part of a file, but after a crash the target may
+	// hold the old content, or be empty on file systems that do not
+	// flush a file renamed over another. The syncs were most of the CPU
+	// of such a write.
+	NoSync bool
 }
 
 // WriteFile replaces path with data, mode perm, with the zero Writer.
@@ -68,8 +75,10 @@ func (w Writer) WriteFile(path string, data []byte, perm fs.FileMode) (err error
 	if _, err = f.Write(data); err != nil {
 		return err
 	}
-	if err = f.Sync(); err != nil {
-		return err
+	if !w.NoSync {
+		if err = f.Sync(); err != nil {
+			return err
+		}
 	}
 	if err = f.Close(); err != nil {
 		return err
@@ -83,7 +92,9 @@ func (w Writer) WriteFile(path string, data []byte, perm fs.FileMode) (err error
 	// The new content is in place and visible: a failed directory sync
 	// only means the rename might not survive a power loss, and reporting
 	// it would tell the caller that a write failed which did not.
-	_ = SyncDir(dir)
+	if !w.NoSync {
+		_ = SyncDir(dir)
+	}
 	return nil
 }
 

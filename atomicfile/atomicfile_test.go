@@ -273,3 +273,40 @@ func TestNoPartialFileVisible(t *testing.T) {
 		t.Fatal(msg)
 	}
 }
+
+// syncCounter is a temporary file that counts its fsyncs.
+type syncCounter struct {
+	*os.File
+	syncs *int
+}
+
+func (s syncCounter) Sync() error { *s.syncs++; return s.File.Sync() }
+
+// TestNoSyncSkipsOnlyTheSyncs: NoSync writes and replaces as the zero
+// Writer does, without fsyncing the file; the zero Writer fsyncs it.
+func TestNoSyncSkipsOnlyTheSyncs(t *testing.T) {
+	for _, noSync := range []bool{false, true} {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "f")
+		if err := os.WriteFile(path, []byte("old"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		syncs := 0
+		w := Writer{NoSync: noSync, CreateTemp: func(dir, pattern string) (File, error) {
+			f, err := os.CreateTemp(dir, pattern)
+			return syncCounter{f, &syncs}, err
+		}}
+		if err := w.WriteFile(path, []byte("new"), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(path)
+		fi, serr := os.Stat(path)
+		if err != nil || serr != nil || string(got) != "new" || fi.Mode().Perm() != 0o640 {
+			t.Errorf("NoSync %v: %q (%v, %v), mode %v", noSync, got, err, serr, fi.Mode())
+		}
+		if want := map[bool]int{false: 1, true: 0}[noSync]; syncs != want {
+			t.Errorf("NoSync %v: %d fsyncs of the file, want %d", noSync, syncs, want)
+		}
+		assertNoTemp(t, dir)
+	}
+}

@@ -35,28 +35,34 @@ func Discover(ctx context.Context, md Metadata) (*section.Instance, error) {
 }
 
 // DiscoverKnowing is Discover given the store's section, known (nil if
-// none), read in boot bootID. When known describes the instance IMDS
-// names and was checked against IMDS in this boot, what cannot have
-// changed since is taken from it instead of read again: the instance's
-// type (changing it takes a stop, so a new boot), zone, region and primary
-// MAC (the primary ENI never detaches), and of each ENI known by its MAC
-// its ID, subnet and subnet CIDR (an ENI keeps them for life). A settled
-// pass then reads 2 + 6 paths per ENI instead of 6 + 9. What drift is
-// made of is read every time: the instance ID, which ENIs are attached,
-// their device and card, addresses, prefixes, VPC CIDRs and security
-// groups.
+// none), read in boot bootID. When known was checked against IMDS in this
+// boot, what cannot change within a boot is taken from it instead of read
+// again: the instance's ID (the store is root's, and an instance change
+// is a new boot: a volume moved, an image baked), type (changing it takes
+// a stop), zone, region and primary MAC (the primary ENI never detaches),
+// and of each ENI known by its MAC its ID, subnet and subnet CIDR (an ENI
+// keeps them for life) and its device and card (they change only with a
+// detach and attach, which the hourly DescribeNetworkInterfaces and the
+// next boot see). A settled pass then reads 1 + 4 paths per ENI instead of
+// 6 + 9. What drift is made of is read every time: which ENIs are
+// attached, their addresses, prefixes, VPC CIDRs and security groups.
 func DiscoverKnowing(ctx context.Context, md Metadata, known *section.EC2, bootID string) (*section.Instance, error) {
 	r := reader{md: md}
-	inst := &section.Instance{ID: r.get(ctx, "instance-id")}
+	if known == nil || bootID == "" || known.VerifiedBoot != bootID || !validInstanceID(known.InstanceID) {
+		known = nil
+	}
+	inst := &section.Instance{}
+	if known != nil {
+		inst.ID = known.InstanceID
+	} else {
+		inst.ID = r.get(ctx, "instance-id")
+	}
 	if r.err == nil && !validInstanceID(inst.ID) {
 		// The ID decides whether the store is this instance's
 		// (section.Identify drops it otherwise) and filters every EC2
 		// read: an empty or garbled one (a proxy's page, a stub answering
 		// 200) must not pass for another instance.
 		return nil, fmt.Errorf("%w: instance-id %.40q is not an EC2 instance ID", ErrIMDS, inst.ID)
-	}
-	if known == nil || bootID == "" || known.InstanceID != inst.ID || known.VerifiedBoot != bootID {
-		known = nil
 	}
 	primary, ok := knownPrimary(known)
 	if ok {
@@ -125,15 +131,17 @@ func discoverENI(ctx context.Context, md Metadata, mac string, known *section.EN
 	r := reader{md: md}
 	base := "network/interfaces/macs/" + mac + "/"
 	e := section.ENIInfo{MAC: mac}
-	var cidr string
+	var cidr, dev string
+	var card []string
 	if known != nil {
 		e.ID, e.SubnetID, cidr = known.ID, known.SubnetID, known.SubnetCIDR.String()
+		dev, card = strconv.Itoa(known.DeviceNumber), []string{strconv.Itoa(known.NetworkCard)}
 	} else {
 		e.ID, e.SubnetID = r.get(ctx, base+"interface-id"), r.get(ctx, base+"subnet-id")
 		cidr = r.get(ctx, base+"subnet-ipv4-cidr-block")
+		dev = r.get(ctx, base+"device-number")
+		card = r.optionalList(ctx, base+"network-card") // absent on single-card types
 	}
-	dev := r.get(ctx, base+"device-number")
-	card := r.optionalList(ctx, base+"network-card") // absent on single-card types
 	vpcs := r.list(ctx, base+"vpc-ipv4-cidr-blocks")
 	ips := r.optionalList(ctx, base+"local-ipv4s")
 	prefixes := r.optionalList(ctx, base+"ipv4-prefix")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
@@ -46,17 +47,17 @@ func (e *env) tamper(t *testing.T, fn func(*section.EC2)) {
 }
 
 // A settled pass reads from IMDS only what can change while the instance
-// and its ENIs stay the same: the instance ID, the ENI list and, per ENI,
-// device, card, addresses, prefixes, VPC CIDRs and security groups. A
-// new boot reads everything once.
+// and its ENIs stay the same: the ENI list and, per ENI, addresses,
+// prefixes, VPC CIDRs and security groups. A new boot reads everything
+// once.
 func TestSettledPassReadsOnlyWhatCanChange(t *testing.T) {
 	e := settledEnv(t, ec2fake.Config{InstanceType: "t3.medium"})
 	const enis = 2
 	if n := len(e.fake.ENIs()); n != enis {
 		t.Fatalf("%d ENIs, want %d", n, enis)
 	}
-	if n := e.imdsReadsOfPass(t); n != 2+6*enis {
-		t.Errorf("settled pass read %d IMDS paths, want %d", n, 2+6*enis)
+	if n := e.imdsReadsOfPass(t); n != 1+4*enis {
+		t.Errorf("settled pass read %d IMDS paths, want %d", n, 1+4*enis)
 	}
 	if c := e.fake.Calls(); len(c) != 0 {
 		t.Errorf("settled pass made EC2 calls: %v", c)
@@ -65,8 +66,8 @@ func TestSettledPassReadsOnlyWhatCanChange(t *testing.T) {
 	if n := e.imdsReadsOfPass(t); n != 6+9*enis {
 		t.Errorf("first pass of a new boot read %d IMDS paths, want all %d", n, 6+9*enis)
 	}
-	if n := e.imdsReadsOfPass(t); n != 2+6*enis {
-		t.Errorf("second pass of a new boot read %d IMDS paths, want %d", n, 2+6*enis)
+	if n := e.imdsReadsOfPass(t); n != 1+4*enis {
+		t.Errorf("second pass of a new boot read %d IMDS paths, want %d", n, 1+4*enis)
 	}
 }
 
@@ -93,14 +94,46 @@ func TestKnownFactsTrustedOnlyInTheirBootAndInstance(t *testing.T) {
 		}
 	}
 
+	// Another instance is another boot: a volume moved, an image baked.
 	e.tamper(t, lie)
 	if err := e.fake.BecomeInstance("i-0fedcba9876543210"); err != nil {
 		t.Fatal(err)
 	}
+	e.mgr.BootID = "b3"
 	e.passes(t, 1)
 	_, _, src = e.counts(t)
 	if src.InstanceID != "i-0fedcba9876543210" || src.InstanceType != "t3.medium" || src.Region != "us-east-1" {
 		t.Errorf("after an instance change the store says %s, %s in %s; want i-0fedcba9876543210, t3.medium in us-east-1", src.InstanceID, src.InstanceType, src.Region)
+	}
+}
+
+// An ENI's device and card change only when it is detached and attached
+// again; a settled pass takes them from the store, so one it missed (a
+// detach and attach between two passes) is put right by the hourly
+// DescribeNetworkInterfaces and by a new boot's reads.
+func TestMissedReattachCorrected(t *testing.T) {
+	for _, how := range []string{"hourly describe", "new boot"} {
+		t.Run(how, func(t *testing.T) {
+			e := settledEnv(t, ec2fake.Config{InstanceType: "t3.medium"})
+			var id string
+			var want int
+			e.tamper(t, func(src *section.EC2) {
+				i := slices.IndexFunc(src.ENIs, func(x section.ENI) bool { return !x.Primary() })
+				id, want = src.ENIs[i].ID, src.ENIs[i].DeviceNumber
+				src.ENIs[i].DeviceNumber = want + 5
+				if how == "hourly describe" {
+					src.LastDescribe = src.LastDescribe.Add(-2 * time.Hour)
+				}
+			})
+			if how == "new boot" {
+				e.mgr.BootID = "b2"
+			}
+			e.passes(t, 1)
+			_, _, src := e.counts(t)
+			if eni, _ := src.ENI(id); eni.DeviceNumber != want {
+				t.Errorf("%s: device %d in the store, want %d", id, eni.DeviceNumber, want)
+			}
+		})
 	}
 }
 

@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/atomicfile"
 	"github.com/eni-cni/eni-cni/ec2/section"
+	"github.com/eni-cni/eni-cni/lockfile"
 	"github.com/eni-cni/eni-cni/netsetup"
 	"github.com/eni-cni/eni-cni/netsetup/connmark"
 )
@@ -21,6 +25,10 @@ type NodeHost struct {
 	MTU        int
 	SNAT       bool
 	VethPrefix string // the pods' host veth prefix, for the marking
+	// MarkSeen is the file, in the state directory, that remembers the
+	// witness of the marking's last look that found it intact, so that a
+	// pass on unchanged tables runs no iptables ("": no memory).
+	MarkSeen string
 }
 
 func (h NodeHost) link(e section.ENI) netsetup.ENILink {
@@ -83,6 +91,27 @@ func (h NodeHost) Reassert(_ context.Context, enis []section.ENI, pods []alloc.A
 	return rep, errors.Join(append(errs, err)...)
 }
 
+// maxSeen bounds what is read of MarkSeen; a witness is ~250 bytes.
+const maxSeen = 4096
+
+// readSeen returns the witness remembered in path, or "" when there is none
+// that only this user could have written.
+func readSeen(path string) string {
+	if path == "" {
+		return ""
+	}
+	f, err := lockfile.Open(path, os.O_RDONLY)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxSeen))
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
 // nodePort keeps the primary ENI's connection marking in place. A settled
 // node costs one cheap look (connmark.Intact); the full Ensure runs only
 // when something is missing. fresh says none of it was on the node before
@@ -90,8 +119,13 @@ func (h NodeHost) Reassert(_ context.Context, enis []section.ENI, pods []alloc.A
 // not warn an operator of a repair on every fresh install.
 func (h NodeHost) nodePort(e section.ENI) (missing, made []string, fresh bool, err error) {
 	spec := connmark.Spec{PrimaryMAC: e.MAC, VethPrefix: h.VethPrefix}
-	ok, err := connmark.Intact(spec)
+	seen := readSeen(h.MarkSeen)
+	ok, now, err := connmark.IntactSince(spec, seen)
 	if ok && err == nil {
+		if now != seen && h.MarkSeen != "" {
+			// Best effort: without it the next pass lists the table.
+			_ = atomicfile.WriteFile(h.MarkSeen, []byte(now), 0o600)
+		}
 		return nil, nil, false, nil
 	}
 	var changed []string

@@ -24,6 +24,10 @@ const WarmTimeout = 5 * time.Minute
 // WarmLockName is held by the one warm pass running on a node.
 const WarmLockName = "warm.lock"
 
+// MarkSeenName remembers what the NodePort marking's last intact look saw
+// (NodeHost.MarkSeen).
+const MarkSeenName = "nodeport.seen"
+
 // WarmPass runs one pass of `eni-cni warm` for the network of cfg: one at a
 // time per node (warm.lock), IMDS first, then the Warmer against EC2, then
 // the SNAT chain. ran is false when there was nothing to run (a static
@@ -51,6 +55,11 @@ func WarmPass(cfg *netconf.Config, mgr *alloc.Manager, out io.Writer, calls *Cal
 		fmt.Fprintf(out, "warm: another pass is running (%s); skipped\n", path)
 		return false, nil
 	}
+	// A settled pass looks at the store about ten times: one decode
+	// serves them while the file holds the same bytes.
+	if r, ok := mgr.Store.(decodeReuser); ok {
+		r.ReuseDecoded()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), WarmTimeout)
 	defer cancel()
 	md := NewMetadataClient(cfg.IMDSEndpoint, MetadataOptions(cfg)...)
@@ -65,7 +74,8 @@ func WarmPass(cfg *netconf.Config, mgr *alloc.Manager, out io.Writer, calls *Cal
 	}
 	w := &Warmer{
 		Mgr: mgr, MD: md, API: NewAPI(cfg.EC2Endpoint, inst.Region(), md, calls.Option()),
-		Host: NodeHost{MTU: cfg.MTU, SNAT: cfg.SNAT, VethPrefix: cfg.VethPrefix}, Cfg: cfg.Warm, Out: out,
+		Host: NodeHost{MTU: cfg.MTU, SNAT: cfg.SNAT, VethPrefix: cfg.VethPrefix, MarkSeen: filepath.Join(cfg.StateDir, MarkSeenName)},
+		Cfg:  cfg.Warm, Out: out,
 	}
 	err = w.RunWith(ctx, inst)
 	if serr := syncSNAT(ctx, cfg, mgr, out); serr != nil {
@@ -76,6 +86,10 @@ func WarmPass(cfg *netconf.Config, mgr *alloc.Manager, out io.Writer, calls *Cal
 	}
 	return true, nil
 }
+
+// decodeReuser is a store that can skip decoding an unchanged file
+// (alloc.DiskStore).
+type decodeReuser interface{ ReuseDecoded() }
 
 // discoverFor is Discover for a warm pass: what the store says of the
 // instance spares the reads of what cannot have changed (DiscoverKnowing).

@@ -129,7 +129,9 @@ func RecordRun(dir string, u RunUpdate) (*Runs, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := atomicfile.WriteFile(filepath.Join(dir, RunsFileName), data, 0o600); err != nil {
+	// Counters: after a power cut they may start again, which Prometheus
+	// handles; not worth two fsyncs on every gc and warm run.
+	if err := (atomicfile.Writer{NoSync: true}).WriteFile(filepath.Join(dir, RunsFileName), data, 0o600); err != nil {
 		return nil, err
 	}
 	return r, nil

@@ -367,3 +367,29 @@ func (s *EC2) Validate() error {
 	}
 	return nil
 }
+
+// Clone returns a deep copy of s (nil for nil): a store that hands out one
+// decoded state many times (alloc.DiskStore.ReuseDecoded) gives each
+// caller its own to change.
+func (s *EC2) Clone() *EC2 {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	if s.Limits != nil {
+		lim := *s.Limits
+		lim.Cards = slices.Clone(s.Limits.Cards)
+		c.Limits = &lim
+	}
+	c.ENIs = slices.Clone(s.ENIs)
+	for i := range c.ENIs {
+		e := &c.ENIs[i]
+		e.VPCCIDRs, e.SecurityGroups, e.Prefixes = slices.Clone(e.VPCCIDRs), slices.Clone(e.SecurityGroups), slices.Clone(e.Prefixes)
+	}
+	c.Addrs, c.Tombstones, c.Pending = slices.Clone(s.Addrs), slices.Clone(s.Tombstones), slices.Clone(s.Pending)
+	if s.LastPass != nil {
+		o := *s.LastPass
+		c.LastPass = &o
+	}
+	return &c
+}

@@ -20,17 +20,43 @@ import (
 // Check's and Ensure's to find. Without iptables it says no (Ensure then
 // reports why it cannot run).
 func Intact(s Spec) (bool, error) {
+	ok, _, err := IntactSince(s, "")
+	return ok, err
+}
+
+// IntactSince is Intact for a caller that remembers, where only root
+// writes, the witness of its last yes (witness.go): when the node's tables
+// are provably the ones that yes listed, the `iptables -S` is skipped; the
+// fwmark rule and rp_filter are looked at every time, as by Intact. seen ""
+// means no memory. now is the witness to remember after a yes ("" when the
+// tables cannot be told apart, so nothing is to be remembered).
+func IntactSince(s Spec, seen string) (ok bool, now string, err error) {
 	if err := s.valid(); err != nil {
-		return false, err
+		return false, "", err
 	}
 	rules, err := ourRules()
 	if err != nil || !hasRule(rules, s.mark()) {
-		return false, err
+		return false, "", err
 	}
 	primary, err := linkNameByMAC(s.PrimaryMAC)
 	if err != nil || !rpFilterOK(primary) {
-		return false, err
+		return false, "", err
 	}
+	// Taken before the listing: a change made after it differs from it
+	// next time, and the listing runs again.
+	now = witness(s, primary)
+	if now != "" && now == seen {
+		return true, now, nil
+	}
+	if ok, err = listed(s, primary); !ok || err != nil {
+		return false, "", err
+	}
+	return true, now, nil
+}
+
+// listed reads the chain and the jump in one `iptables -S` of the mangle
+// table.
+func listed(s Spec, primary string) (bool, error) {
 	var out bytes.Buffer
 	cmd := exec.Command("iptables", "--wait", strconv.Itoa(lockWait), "-t", "mangle", "-S")
 	cmd.Stdout = &out
