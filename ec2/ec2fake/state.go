@@ -260,34 +260,25 @@ func (s *Server) snapshotLocked(e *eni) ENI {
 	return out
 }
 
+// slot orders attachments of an instance: by card, then device index.
+func (a *attachment) slot() int { return a.card<<16 + a.device }
+
 // sortedENIsLocked lists attached ENIs by device index, then detached ones in
-// creation order.
+// creation order (ENIs of several instances at one index too).
 func (s *Server) sortedENIsLocked() []*eni {
 	out := slices.Collect(maps.Values(s.enis))
+	key := func(e *eni) int {
+		if e.att == nil {
+			return 1 << 30
+		}
+		return e.att.slot()
+	}
 	slices.SortFunc(out, func(a, b *eni) int {
-		ai, bi := 1<<30, 1<<30
-		if a.att != nil {
-			ai = a.att.card<<16 + a.att.device
-		}
-		if b.att != nil {
-			bi = b.att.card<<16 + b.att.device
-		}
-		if ai != bi {
-			return ai - bi
+		if ka, kb := key(a), key(b); ka != kb {
+			return ka - kb
 		}
 		return int(a.created) - int(b.created)
 	})
-	return out
-}
-
-// attachedLocked returns the ENIs attached to the instance by device index.
-func (s *Server) attachedLocked() []*eni {
-	var out []*eni
-	for _, e := range s.sortedENIsLocked() {
-		if e.att != nil && e.att.instanceID == s.cfg.InstanceID {
-			out = append(out, e)
-		}
-	}
 	return out
 }
 
