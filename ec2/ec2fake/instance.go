@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -224,4 +225,22 @@ func (h *Instance) IMDSURL() string {
 }
 
 // Env is Server.Env for a process running on this instance.
-func (h *Instance) Env() []string { return h.s.env(h.IMDSURL()) }
+func (h *Instance) Env() []string { return h.s.env(h.IMDSURL(), h.s.EC2URL()) }
+
+// EnvAt is Env for a process that reaches both APIs at url (a listener
+// serving Handler).
+func (h *Instance) EnvAt(url string) []string { return h.s.env(url, url) }
+
+// Handler serves the instance's IMDS under /latest/ and the world's EC2
+// Query API everywhere else: one listener a node can reach for both, as
+// Server.ServeHTTP is for the first instance.
+func (h *Instance) Handler() http.Handler {
+	imds := h.IMDSHandler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/latest/") || r.URL.Path == "/latest" {
+			imds.ServeHTTP(w, r)
+			return
+		}
+		h.s.serveEC2(w, r)
+	})
+}
