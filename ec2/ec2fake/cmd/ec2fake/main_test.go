@@ -109,3 +109,83 @@ func TestParseLatencyAndLinks(t *testing.T) {
 		}
 	}
 }
+
+func TestParseInstances(t *testing.T) {
+	o, err := parseFlags([]string{"--instance-type", "t3.medium",
+		"--instance", "id=i-0000000000000a001,ip=10.0.0.10,netns=/run/netns/n1,env-file=/tmp/n1.env",
+		"--instance", "type=m5.large,netns=/run/netns/n2,listen=127.0.0.1:8080",
+		"--router-netns", "/run/netns/vpc", "--internet-netns", "/run/netns/inet"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.instances) != 2 || o.cfg.InstanceID != "i-0000000000000a001" || o.cfg.PrimaryIP != "10.0.0.10" || o.cfg.InstanceType != "t3.medium" {
+		t.Fatalf("first instance not the world's: %+v", o)
+	}
+	if n := o.instances[1]; n.cfg.Type != "m5.large" || n.netns != "/run/netns/n2" || n.listen != "127.0.0.1:8080" {
+		t.Errorf("second instance %+v", n)
+	}
+	for _, bad := range [][]string{
+		{"--instance", "colour=blue"},
+		{"--instance", "id"},
+		{"--router-netns", "/r", "--instance", "id=i-0000000000000a001"},       // no netns for the links
+		{"--internet-netns", "/i"},                                             // no router
+		{"--router-netns", "/r", "--links", "eni", "--links-peer-netns", "/x"}, // two hypervisors
+	} {
+		if _, err := parseFlags(bad, io.Discard); err == nil {
+			t.Errorf("%v: accepted", bad)
+		}
+	}
+}
+
+// TestRunServesInstances: without a fabric, each --instance gets its own
+// listener (its IMDS and the EC2 API) and env file.
+func TestRunServesInstances(t *testing.T) {
+	dir := t.TempDir()
+	describe, env2 := filepath.Join(dir, "ec2.json"), filepath.Join(dir, "n2.env")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	pr, pw := io.Pipe()
+	go func() {
+		done <- run(ctx, []string{"--describe", describe, "--instance", "id=i-0000000000000a001",
+			"--instance", "id=i-0000000000000a002,type=t3.nano,env-file=" + env2}, pw, io.Discard)
+		pw.Close()
+	}()
+	sc := bufio.NewScanner(pr)
+	sc.Scan()
+	go io.Copy(io.Discard, pr)
+	defer func() {
+		cancel()
+		<-done
+	}()
+	d := readDescription(t, describe)
+	if len(d.Instances) != 2 || d.Instances[1].ID != "i-0000000000000a002" || d.Instances[1].Type != "t3.nano" || d.Instances[0].URL == d.Instances[1].URL {
+		t.Fatalf("instances %+v", d.Instances)
+	}
+	if d.Info.InstanceID != "i-0000000000000a001" || len(d.ENIs) != 2 || d.Fabric != nil {
+		t.Errorf("description %+v", d)
+	}
+	b, err := os.ReadFile(env2)
+	if err != nil || !strings.Contains(string(b), "AWS_EC2_METADATA_SERVICE_ENDPOINT="+d.Instances[1].URL+"\n") ||
+		!strings.Contains(string(b), "AWS_ENDPOINT_URL_EC2="+d.Instances[1].URL+"\n") {
+		t.Errorf("env file %q %v", b, err)
+	}
+	client := &http.Client{Transport: &http.Transport{Proxy: nil, DialContext: (&net.Dialer{}).DialContext}}
+	req, _ := http.NewRequest(http.MethodPut, d.Instances[1].URL+"/latest/api/token", nil)
+	req.Header.Set("X-Aws-Ec2-Metadata-Token-Ttl-Seconds", "60")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	req, _ = http.NewRequest(http.MethodGet, d.Instances[1].URL+"/latest/meta-data/instance-id", nil)
+	req.Header.Set("X-Aws-Ec2-Metadata-Token", string(tok))
+	if resp, err = client.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	id, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(id) != "i-0000000000000a002" {
+		t.Errorf("the second instance's IMDS says %q", id)
+	}
+}
