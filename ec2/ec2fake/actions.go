@@ -80,7 +80,7 @@ func (s *Server) assignPrivateIPAddresses(p params) (response, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.publishLocked(true)
+	s.publishENILocked(e, true)
 	resp := &assignResponse{NetworkInterfaceID: e.id, Return: true}
 	for _, a := range ips {
 		resp.AssignedPrivateIPs.Items = append(resp.AssignedPrivateIPs.Items, xmlAssignedIP{a.String()})
@@ -110,7 +110,7 @@ func (s *Server) unassignPrivateIPAddresses(p params) (response, error) {
 	if err := s.unassignLocked(e, ips, pfx); err != nil {
 		return nil, err
 	}
-	s.publishLocked(true)
+	s.publishENILocked(e, true)
 	return &returnResponse{Return: true}, nil
 }
 
@@ -208,16 +208,19 @@ func (s *Server) attachNetworkInterface(p params) (response, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.publishLocked(true)
+	s.publishENILocked(e, true)
 	s.scheduleLinkLocked(e)
 	return &attachResponse{AttachmentID: att.id, NetworkCardIndex: card}, nil
 }
 
 func (s *Server) detachNetworkInterface(p params) (response, error) {
-	if err := s.detachLocked(p.Get("AttachmentId")); err != nil {
+	in, err := s.detachLocked(p.Get("AttachmentId"))
+	if err != nil {
 		return nil, err
 	}
-	s.publishLocked(true)
+	if in != nil {
+		s.publishLocked(in, true)
+	}
 	return &returnResponse{Return: true}, nil
 }
 
@@ -272,7 +275,7 @@ func (s *Server) modifyNetworkInterfaceAttribute(p params) (response, error) {
 			}
 		}
 		e.sgs = sgs
-		s.publishLocked(true)
+		s.publishENILocked(e, true)
 	}
 	return &returnResponse{Return: true}, nil
 }

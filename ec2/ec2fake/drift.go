@@ -14,6 +14,7 @@ import (
 // (`aws ec2 detach-network-interface`); it stays "available" with its
 // addresses.
 func (s *Server) DetachENI(id string) error {
+	defer s.flushChanges()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, err := s.lookupENILocked(id)
@@ -23,10 +24,13 @@ func (s *Server) DetachENI(id string) error {
 	if e.att == nil {
 		return fmt.Errorf("detach %s: not attached", id)
 	}
-	if err := s.detachLocked(e.att.id); err != nil {
+	in, err := s.detachLocked(e.att.id)
+	if err != nil {
 		return fmt.Errorf("detach %s: %w", id, err)
 	}
-	s.publishLocked(true)
+	if in != nil {
+		s.publishLocked(in, true)
+	}
 	return nil
 }
 
@@ -37,6 +41,7 @@ func (s *Server) UnassignIPs(id string, ips ...string) error {
 	if err != nil {
 		return fmt.Errorf("unassign: %w", err)
 	}
+	defer s.flushChanges()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, err := s.lookupENILocked(id)
@@ -46,7 +51,7 @@ func (s *Server) UnassignIPs(id string, ips ...string) error {
 	if err := s.unassignLocked(e, addrs, nil); err != nil {
 		return fmt.Errorf("unassign from %s: %w", id, err)
 	}
-	s.publishLocked(true)
+	s.publishENILocked(e, true)
 	return nil
 }
 
@@ -58,6 +63,7 @@ func (s *Server) AssignIPs(id string, ips ...string) error {
 	if err != nil {
 		return fmt.Errorf("assign: %w", err)
 	}
+	defer s.flushChanges()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, err := s.lookupENILocked(id)
@@ -67,7 +73,7 @@ func (s *Server) AssignIPs(id string, ips ...string) error {
 	if _, _, err := s.assignLocked(e, assignRequest{ips: addrs}); err != nil {
 		return fmt.Errorf("assign to %s: %w", id, err)
 	}
-	s.publishLocked(true)
+	s.publishENILocked(e, true)
 	return nil
 }
 
@@ -88,28 +94,35 @@ func (s *Server) TagENI(id string, tags map[string]string) error {
 // BecomeInstance makes the fake serve another instance in the same VPC: a
 // node launched from an image whose disk was baked on the instance served
 // so far. The old instance's ENIs stay in EC2, attached to the old
-// instance, which keeps existing; the new one gets its own primary ENI.
-// IMDS answers for the new instance at once (a new instance's IMDS is not
-// stale).
+// instance, which keeps existing but leaves the world the API serves; the
+// new one gets its own primary ENI and takes the old one's place among the
+// instances. IMDS answers for the new instance at once (a new instance's
+// IMDS is not stale).
 func (s *Server) BecomeInstance(id string) error {
 	if !validID(id, "i") {
 		return fmt.Errorf("instance id %q: want i-<hex>", id)
 	}
+	defer s.flushChanges()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if id == s.cfg.InstanceID || slices.Contains(s.former, id) {
+	old := s.self
+	if _, taken := s.instances[id]; taken || slices.Contains(s.former, id) {
 		return fmt.Errorf("instance %s was already served", id)
 	}
-	s.former = append(s.former, s.cfg.InstanceID)
-	s.cfg.InstanceID = id
-	e, err := s.createENILocked(createRequest{subnetID: s.subnetOrder[0]})
+	in, err := s.addInstanceLocked(InstanceConfig{ID: id, Type: old.typ, AvailabilityZone: old.az})
 	if err != nil {
-		return fmt.Errorf("primary eni of %s: %w", id, err)
+		return fmt.Errorf("become %s: %w", id, err)
 	}
-	if _, err := s.attachLocked(e, id, 0, 0, true); err != nil {
-		return fmt.Errorf("attach primary eni of %s: %w", id, err)
-	}
-	s.publishLocked(false)
+	s.dropInstanceLocked(in)
+	i := slices.Index(s.instOrder, old.id)
+	s.instOrder[i] = id
+	s.instances[id] = in
+	delete(s.instances, old.id)
+	s.former = append(s.former, old.id)
+	// The SDK keeps its IMDSv2 token across the change, as the one served
+	// URL stays the same.
+	in.tokens, in.imdsURL = old.tokens, old.imdsURL
+	s.self = in
 	return nil
 }
 

@@ -130,6 +130,7 @@ func (s *Server) serveEC2(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp, err := s.dispatch(action, params{r.Form})
+	s.flushChanges()
 	if err != nil {
 		writeError(w, reqID, err)
 		return

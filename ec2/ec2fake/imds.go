@@ -39,25 +39,36 @@ type imdsSnap struct {
 // becomes visible only after Config.IMDSLag, and views published earlier
 // keep being served until then; without, it is visible at once and replaces
 // anything pending.
-func (s *Server) publishLocked(lagged bool) {
-	snap := imdsSnap{at: s.now(), view: s.buildViewLocked()}
+func (s *Server) publishLocked(in *instance, lagged bool) {
+	snap := imdsSnap{at: s.now(), view: s.buildViewLocked(in)}
 	if !lagged || s.cfg.IMDSLag <= 0 {
-		s.snaps = []imdsSnap{snap}
+		in.snaps = []imdsSnap{snap}
 		return
 	}
 	snap.at = snap.at.Add(s.cfg.IMDSLag)
-	s.snaps = append(s.snaps, snap)
+	in.snaps = append(in.snaps, snap)
+}
+
+// publishENILocked publishes the view of the instance e is attached to, if
+// it is: only that instance's IMDS can show the change.
+func (s *Server) publishENILocked(e *eni, lagged bool) {
+	if e.att == nil {
+		return
+	}
+	if in := s.instances[e.att.instanceID]; in != nil {
+		s.publishLocked(in, lagged)
+	}
 }
 
 // viewLocked returns the newest view whose time has come and forgets older ones.
-func (s *Server) viewLocked() *imdsView {
+func (s *Server) viewLocked(in *instance) *imdsView {
 	now := s.now()
 	i := 0
-	for i+1 < len(s.snaps) && !s.snaps[i+1].at.After(now) {
+	for i+1 < len(in.snaps) && !in.snaps[i+1].at.After(now) {
 		i++
 	}
-	s.snaps = s.snaps[i:]
-	return s.snaps[0].view
+	in.snaps = in.snaps[i:]
+	return in.snaps[0].view
 }
 
 // dnsName is EC2's private DNS name for an address in the region.
@@ -69,16 +80,16 @@ func (s *Server) dnsName(a netip.Addr) string {
 	return host + "." + s.region + ".compute.internal"
 }
 
-func (s *Server) buildViewLocked() *imdsView {
+func (s *Server) buildViewLocked(in *instance) *imdsView {
 	l := map[string]string{
-		"instance-id":                 s.cfg.InstanceID,
-		"instance-type":               s.cfg.InstanceType,
-		"placement/availability-zone": s.cfg.AvailabilityZone,
+		"instance-id":                 in.id,
+		"instance-type":               in.typ,
+		"placement/availability-zone": in.az,
 		"placement/region":            s.region,
 		"services/domain":             "amazonaws.com",
 		"services/partition":          "aws",
 	}
-	attached := s.attachedLocked()
+	attached := in.attached
 	primary := attached[0]
 	l["mac"] = primary.mac
 	if primary.primary.IsValid() {
@@ -87,20 +98,20 @@ func (s *Server) buildViewLocked() *imdsView {
 		l["hostname"] = s.dnsName(primary.primary)
 	}
 	for _, e := range attached {
-		s.addENILeavesLocked(l, e)
+		s.addENILeavesLocked(l, in, e)
 	}
-	return &imdsView{leaves: l, identity: s.identityDocument(primary)}
+	return &imdsView{leaves: l, identity: s.identityDocument(in, primary)}
 }
 
 // addENILeavesLocked renders network/interfaces/macs/<mac>/. Lists are
 // newline separated without a trailing newline, and entries that would be
 // empty are absent (404), as in real IMDS.
-func (s *Server) addENILeavesLocked(l map[string]string, e *eni) {
+func (s *Server) addENILeavesLocked(l map[string]string, in *instance, e *eni) {
 	sn := s.subnets[e.subnetID]
 	base := "network/interfaces/macs/" + e.mac + "/"
 	set := func(k, v string) { l[base+k] = v }
 	set("device-number", strconv.Itoa(e.att.device))
-	if s.limits.cards() > 1 {
+	if in.limits.cards() > 1 {
 		set("network-card", strconv.Itoa(e.att.card))
 	}
 	set("interface-id", e.id)
@@ -123,14 +134,14 @@ func (s *Server) addENILeavesLocked(l map[string]string, e *eni) {
 	}
 }
 
-func (s *Server) identityDocument(primary *eni) string {
+func (s *Server) identityDocument(in *instance, primary *eni) string {
 	doc := map[string]any{
 		"accountId":        s.cfg.AccountID,
 		"architecture":     "x86_64",
-		"availabilityZone": s.cfg.AvailabilityZone,
+		"availabilityZone": in.az,
 		"imageId":          "ami-0123456789abcdef0",
-		"instanceId":       s.cfg.InstanceID,
-		"instanceType":     s.cfg.InstanceType,
+		"instanceId":       in.id,
+		"instanceType":     in.typ,
 		"pendingTime":      primary.att.at.Format(time.RFC3339),
 		"region":           s.region,
 		"version":          "2017-09-30",
@@ -177,12 +188,14 @@ func (v *imdsView) lookup(p string) (string, bool) {
 	return strings.Join(names, "\n"), true
 }
 
-func (s *Server) serveIMDS(w http.ResponseWriter, r *http.Request) {
+// serveIMDS serves the IMDS of the instance pick returns (called with the
+// lock held; nil when the instance has left the world: 404).
+func (s *Server) serveIMDS(w http.ResponseWriter, r *http.Request, pick func() *instance) {
 	switch {
 	case r.URL.Path == "/latest/api/token":
-		s.serveToken(w, r)
+		s.serveToken(w, r, pick)
 	case r.URL.Path == metaDataPrefix || strings.HasPrefix(r.URL.Path, metaDataPrefix+"/") || r.URL.Path == identityPath:
-		s.serveMetadata(w, r)
+		s.serveMetadata(w, r, pick)
 	default:
 		imdsStatus(w, http.StatusNotFound)
 	}
@@ -191,7 +204,7 @@ func (s *Server) serveIMDS(w http.ResponseWriter, r *http.Request) {
 // serveToken implements PUT /latest/api/token: a TTL header between 1 and
 // 21600 seconds is required, and the reply echoes it in the same header (the
 // SDK fails without it).
-func (s *Server) serveToken(w http.ResponseWriter, r *http.Request) {
+func (s *Server) serveToken(w http.ResponseWriter, r *http.Request, pick func() *instance) {
 	if r.Method != http.MethodPut {
 		imdsStatus(w, http.StatusMethodNotAllowed)
 		return
@@ -210,26 +223,40 @@ func (s *Server) serveToken(w http.ResponseWriter, r *http.Request) {
 	_, _ = rand.Read(raw[:]) // crypto/rand.Read never fails
 	tok := base64.StdEncoding.EncodeToString(raw[:])
 	s.mu.Lock()
+	in := pick()
+	if in == nil {
+		s.mu.Unlock()
+		imdsStatus(w, http.StatusNotFound)
+		return
+	}
 	now := s.now()
-	for t, exp := range s.tokens {
+	for t, exp := range in.tokens {
 		if !exp.After(now) {
-			delete(s.tokens, t)
+			delete(in.tokens, t)
 		}
 	}
-	s.tokens[tok] = now.Add(time.Duration(ttl) * time.Second)
+	if in.tokens == nil {
+		in.tokens = map[string]time.Time{}
+	}
+	in.tokens[tok] = now.Add(time.Duration(ttl) * time.Second)
 	s.mu.Unlock()
 	w.Header().Set(tokenTTLHeader, strconv.Itoa(ttl))
 	w.Header().Set("Content-Type", "text/plain")
 	_, _ = w.Write([]byte(tok))
 }
 
-func (s *Server) serveMetadata(w http.ResponseWriter, r *http.Request) {
+func (s *Server) serveMetadata(w http.ResponseWriter, r *http.Request, pick func() *instance) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		imdsStatus(w, http.StatusMethodNotAllowed)
 		return
 	}
 	s.mu.Lock()
-	exp, ok := s.tokens[r.Header.Get(tokenHeader)]
+	in := pick()
+	var exp time.Time
+	ok := in != nil
+	if ok {
+		exp, ok = in.tokens[r.Header.Get(tokenHeader)]
+	}
 	if !ok || !exp.After(s.now()) {
 		s.mu.Unlock()
 		imdsStatus(w, http.StatusUnauthorized)
@@ -241,7 +268,7 @@ func (s *Server) serveMetadata(w http.ResponseWriter, r *http.Request) {
 		s.imdsFault.remaining--
 		fault = s.imdsFault.status
 	}
-	view := s.viewLocked()
+	view := s.viewLocked(in)
 	s.mu.Unlock()
 
 	sleepCtx(r.Context(), lat)

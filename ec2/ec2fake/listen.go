@@ -126,11 +126,13 @@ func (s *Server) EC2URL() string {
 // Env returns the environment variables that point an SDK-based process
 // (such as the plugin binary) at this server with dummy static credentials,
 // so that nothing it does can reach real AWS.
-func (s *Server) Env() []string {
+func (s *Server) Env() []string { return s.env(s.IMDSURL(), s.EC2URL()) }
+
+func (s *Server) env(imdsURL, ec2URL string) []string {
 	return []string{
-		"AWS_EC2_METADATA_SERVICE_ENDPOINT=" + s.IMDSURL(),
+		"AWS_EC2_METADATA_SERVICE_ENDPOINT=" + imdsURL,
 		"AWS_EC2_METADATA_V1_DISABLED=true",
-		"AWS_ENDPOINT_URL_EC2=" + s.EC2URL(),
+		"AWS_ENDPOINT_URL_EC2=" + ec2URL,
 		"AWS_ACCESS_KEY_ID=AKID",
 		"AWS_SECRET_ACCESS_KEY=SECRET",
 		"AWS_REGION=" + s.region,

@@ -69,6 +69,7 @@ func (s *Server) createENILocked(req createRequest) (*eni, error) {
 		e.tags = map[string]string{}
 	}
 	s.enis[id] = e
+	s.noteLocked(e)
 	return e, nil
 }
 
@@ -88,7 +89,7 @@ func (r assignRequest) slots() int {
 // assignLocked adds secondary addresses and /28 prefixes to an ENI. Both
 // draw on the same per-ENI slot limit, as in real EC2.
 func (s *Server) assignLocked(e *eni, r assignRequest) ([]netip.Addr, []netip.Prefix, error) {
-	if e.slots()+r.slots() > s.limits.IPv4PerENI {
+	if e.slots()+r.slots() > s.limitsOfLocked(e).IPv4PerENI {
 		return nil, nil, apiErr("PrivateIpAddressLimitExceeded", "Number of private addresses will exceed limit.")
 	}
 	sn := s.subnets[e.subnetID]
@@ -96,10 +97,10 @@ func (s *Server) assignLocked(e *eni, r assignRequest) ([]netip.Addr, []netip.Pr
 	var pfx []netip.Prefix
 	fail := func(err error) ([]netip.Addr, []netip.Prefix, error) {
 		for _, a := range ips {
-			delete(sn.ips, a)
+			sn.releaseIP(a)
 		}
 		for _, p := range pfx {
-			delete(sn.prefixes, p)
+			sn.releasePrefix(p)
 		}
 		return nil, nil, err
 	}
@@ -131,6 +132,7 @@ func (s *Server) assignLocked(e *eni, r assignRequest) ([]netip.Addr, []netip.Pr
 	}
 	e.secondaries = append(e.secondaries, ips...)
 	e.prefixes = append(e.prefixes, pfx...)
+	s.noteLocked(e)
 	return ips, pfx, nil
 }
 
@@ -152,34 +154,47 @@ func (s *Server) unassignLocked(e *eni, ips []netip.Addr, pfx []netip.Prefix) er
 	}
 	sn := s.subnets[e.subnetID]
 	for _, a := range ips {
-		delete(sn.ips, a)
+		sn.releaseIP(a)
 	}
 	for _, p := range pfx {
-		delete(sn.prefixes, p)
+		sn.releasePrefix(p)
 	}
 	e.secondaries = slices.DeleteFunc(e.secondaries, func(a netip.Addr) bool { return slices.Contains(ips, a) })
 	e.prefixes = slices.DeleteFunc(e.prefixes, func(p netip.Prefix) bool { return slices.Contains(pfx, p) })
+	s.noteLocked(e)
 	return nil
 }
 
-func (s *Server) checkInstanceLocked(id string) error {
+// limitsOfLocked is the limits of the instance e is attached to; a detached
+// ENI gets the first instance's.
+func (s *Server) limitsOfLocked(e *eni) Limits {
+	if e.att != nil {
+		if in := s.instances[e.att.instanceID]; in != nil {
+			return in.limits
+		}
+	}
+	return s.self.limits
+}
+
+func (s *Server) checkInstanceLocked(id string) (*instance, error) {
 	if id == "" {
-		return apiErr("MissingParameter", "The request must contain the parameter InstanceId")
+		return nil, apiErr("MissingParameter", "The request must contain the parameter InstanceId")
 	}
 	if !validID(id, "i") {
-		return apiErr("InvalidInstanceID.Malformed", "Invalid id: \"%s\"", id)
+		return nil, apiErr("InvalidInstanceID.Malformed", "Invalid id: \"%s\"", id)
 	}
-	if id != s.cfg.InstanceID {
-		return apiErr("InvalidInstanceID.NotFound", "The instance ID '%s' does not exist", id)
+	in := s.instances[id]
+	if in == nil {
+		return nil, apiErr("InvalidInstanceID.NotFound", "The instance ID '%s' does not exist", id)
 	}
-	return nil
+	return in, nil
 }
 
 // freeDeviceLocked returns the lowest unused device index of a card (above
 // the primary's 0 on card 0).
-func (s *Server) freeDeviceLocked(card int) int {
+func (s *Server) freeDeviceLocked(in *instance, card int) int {
 	used := map[int]bool{}
-	for _, e := range s.attachedLocked() {
+	for _, e := range in.attached {
 		if e.att.card == card {
 			used[e.att.device] = true
 		}
@@ -195,7 +210,8 @@ func (s *Server) freeDeviceLocked(card int) int {
 }
 
 func (s *Server) attachLocked(e *eni, instanceID string, device, card int, deleteOnTermination bool) (*attachment, error) {
-	if err := s.checkInstanceLocked(instanceID); err != nil {
+	in, err := s.checkInstanceLocked(instanceID)
+	if err != nil {
 		return nil, err
 	}
 	if e.att != nil {
@@ -204,14 +220,14 @@ func (s *Server) attachLocked(e *eni, instanceID string, device, card int, delet
 	if device < 0 {
 		return nil, apiErr("InvalidParameterValue", "Invalid value '%d' for deviceIndex", device)
 	}
-	if card < 0 || card >= s.limits.cards() {
-		return nil, apiErr("InvalidParameterValue", "Invalid value '%d' for networkCardIndex: %s has %d network cards", card, s.cfg.InstanceType, s.limits.cards())
+	if card < 0 || card >= in.limits.cards() {
+		return nil, apiErr("InvalidParameterValue", "Invalid value '%d' for networkCardIndex: %s has %d network cards", card, in.typ, in.limits.cards())
 	}
-	if sn := s.subnets[e.subnetID]; sn.az != s.cfg.AvailabilityZone {
+	if sn := s.subnets[e.subnetID]; sn.az != in.az {
 		return nil, apiErr("InvalidParameterValue", "Network interface %s is in availability zone %s, instance %s is in %s",
-			e.id, sn.az, instanceID, s.cfg.AvailabilityZone)
+			e.id, sn.az, instanceID, in.az)
 	}
-	attached, onCard := s.attachedLocked(), 0
+	attached, onCard := in.attached, 0
 	for _, o := range attached {
 		if o.att.card != card {
 			continue
@@ -222,14 +238,17 @@ func (s *Server) attachLocked(e *eni, instanceID string, device, card int, delet
 				"Instance '%s' already has an interface attached at device index '%d' of network card %d.", instanceID, device, card)
 		}
 	}
-	if len(attached) >= s.limits.MaxENIs || onCard >= s.limits.perCard(card) {
+	if len(attached) >= in.limits.MaxENIs || onCard >= in.limits.perCard(card) {
 		return nil, apiErr("AttachmentLimitExceeded", "Interface count %d exceeds the limit for %s (network card %d)",
-			len(attached)+1, s.cfg.InstanceType, card)
+			len(attached)+1, in.typ, card)
 	}
 	e.att = &attachment{
 		id: s.newIDLocked("eni-attach"), instanceID: instanceID, device: device, card: card,
 		deleteOnTermination: deleteOnTermination, at: s.now().UTC(),
 	}
+	in.attached = append(in.attached, e)
+	slices.SortFunc(in.attached, func(a, b *eni) int { return a.att.slot() - b.att.slot() })
+	s.noteLocked(e)
 	return e.att, nil
 }
 
@@ -245,17 +264,24 @@ func (s *Server) findAttachmentLocked(attID string) (*eni, error) {
 	return nil, apiErr("InvalidAttachmentID.NotFound", "The attachment ID '%s' does not exist", attID)
 }
 
-func (s *Server) detachLocked(attID string) error {
+// detachLocked detaches and returns the instance the ENI was on (nil for
+// an instance that left the world).
+func (s *Server) detachLocked(attID string) (*instance, error) {
 	e, err := s.findAttachmentLocked(attID)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if e.att.device == 0 && e.att.card == 0 {
-		return apiErr("OperationNotPermitted",
+		return nil, apiErr("OperationNotPermitted",
 			"The network interface at device index 0 and networkCard index 0 cannot be detached.")
 	}
+	in := s.instances[e.att.instanceID]
+	if in != nil {
+		in.attached = slices.DeleteFunc(in.attached, func(o *eni) bool { return o == e })
+	}
 	e.att = nil
-	return nil
+	s.noteLocked(e)
+	return in, nil
 }
 
 func (s *Server) deleteENILocked(e *eni) error {
@@ -264,12 +290,13 @@ func (s *Server) deleteENILocked(e *eni) error {
 	}
 	sn := s.subnets[e.subnetID]
 	for _, a := range e.privateIPs() {
-		delete(sn.ips, a)
+		sn.releaseIP(a)
 	}
 	for _, p := range e.prefixes {
-		delete(sn.prefixes, p)
+		sn.releasePrefix(p)
 	}
 	delete(s.enis, e.id)
 	delete(s.macs, e.mac)
+	s.noteGoneLocked(e)
 	return nil
 }

@@ -27,16 +27,21 @@ type ENISpec struct {
 }
 
 // SeedENI creates an ENI with the given addresses and, unless
-// spec.Detached, attaches it to the instance.
+// spec.Detached, attaches it to the (first) instance.
 func (s *Server) SeedENI(spec ENISpec) (ENI, error) {
+	defer s.flushChanges()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seedENILocked(s.self, spec)
+}
+
+func (s *Server) seedENILocked(in *instance, spec ENISpec) (ENI, error) {
 	req, ar, err := spec.requests()
 	if err != nil {
 		return ENI{}, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if req.subnetID == "" {
-		req.subnetID = s.subnetOrder[0]
+		req.subnetID = in.attached[0].subnetID
 	}
 	e, err := s.createENILocked(req)
 	if err != nil {
@@ -49,14 +54,14 @@ func (s *Server) SeedENI(spec ENISpec) (ENI, error) {
 	if !spec.Detached {
 		dev := spec.DeviceIndex
 		if dev == 0 {
-			dev = s.freeDeviceLocked(spec.NetworkCard)
+			dev = s.freeDeviceLocked(in, spec.NetworkCard)
 		}
-		if _, err := s.attachLocked(e, s.cfg.InstanceID, dev, spec.NetworkCard, spec.DeleteOnTermination); err != nil {
+		if _, err := s.attachLocked(e, in.id, dev, spec.NetworkCard, spec.DeleteOnTermination); err != nil {
 			_ = s.deleteENILocked(e)
 			return ENI{}, fmt.Errorf("seed eni attach: %w", err)
 		}
 	}
-	s.publishLocked(false)
+	s.publishLocked(in, false)
 	return s.snapshotLocked(e), nil
 }
 
@@ -96,6 +101,7 @@ func (s *Server) SeedPrefixes(eniID string, count int) ([]string, error) {
 }
 
 func (s *Server) seedAssign(eniID string, ar assignRequest) ([]string, []string, error) {
+	defer s.flushChanges()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, err := s.lookupENILocked(eniID)
@@ -106,7 +112,7 @@ func (s *Server) seedAssign(eniID string, ar assignRequest) ([]string, []string,
 	if err != nil {
 		return nil, nil, fmt.Errorf("seed addresses on %s: %w", eniID, err)
 	}
-	s.publishLocked(false)
+	s.publishENILocked(e, false)
 	return addrStrings(ips), prefixStrings(pfx), nil
 }
 
@@ -132,19 +138,21 @@ func (s *Server) ENI(id string) (ENI, bool) {
 	return s.snapshotLocked(e), true
 }
 
-// PrimaryENI returns the instance's ENI at device index 0.
+// PrimaryENI returns the (first) instance's ENI at device index 0.
 func (s *Server) PrimaryENI() ENI {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.snapshotLocked(s.attachedLocked()[0])
+	return s.snapshotLocked(s.self.attached[0])
 }
 
-// SyncIMDS makes IMDS show the current EC2 state now, skipping any pending
-// lag.
+// SyncIMDS makes every instance's IMDS show the current EC2 state now,
+// skipping any pending lag.
 func (s *Server) SyncIMDS() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.publishLocked(false)
+	for _, in := range s.instances {
+		s.publishLocked(in, false)
+	}
 }
 
 func parseAddrs(in []string) ([]netip.Addr, error) {

@@ -1,7 +1,10 @@
 // Package ec2fake is a fake AWS Instance Metadata Service (IMDSv2) and EC2
 // Query API server for tests and demos. It owns one consistent, in-memory
-// model of a VPC, its subnets, one instance and its ENIs, and serves it over
-// HTTP in the real wire formats, so the unmodified aws-sdk-go-v2 clients
+// model of a VPC, its subnets, its instances and their ENIs (one instance
+// unless AddInstance launches more: a world of nodes sharing the account,
+// the subnets' addresses and the EC2 API, each with its own IMDS), and
+// serves it over HTTP in the real wire formats, so the unmodified
+// aws-sdk-go-v2 clients
 // (feature/ec2/imds and service/ec2) can be pointed at it with
 // imds.Options.Endpoint / AWS_EC2_METADATA_SERVICE_ENDPOINT and
 // ec2.Options.BaseEndpoint / AWS_ENDPOINT_URL_EC2.
@@ -10,7 +13,8 @@
 // staleness of real IMDS; Config.Latency adds per-action reply times and a
 // delay before an attached ENI's link appears (OnLink hooks). Instance-type limits are enforced with EC2's error
 // codes. Test hooks count calls per action, inject throttling, errors and
-// latency, pre-seed state and read it back.
+// latency, pre-seed state and read it back; OnChange tells whoever plays
+// the VPC's data plane what EC2 changed.
 //
 // The server only ever listens on loopback addresses.
 package ec2fake
@@ -93,7 +97,6 @@ type Info struct {
 type Server struct {
 	cfg      Config // normalized
 	region   string
-	limits   Limits
 	allTypes map[string]Limits
 	vpcCIDRs []netip.Prefix
 	now      func() time.Time
@@ -106,8 +109,9 @@ type Server struct {
 	enis        map[string]*eni
 	subnets     map[string]*subnet
 	subnetOrder []string
-	snaps       []imdsSnap           // pending IMDS views, oldest first
-	tokens      map[string]time.Time // IMDSv2 token -> expiry
+	instances   map[string]*instance
+	instOrder   []string  // launch order; self first
+	self        *instance // the instance the single-instance methods serve
 	calls       map[string]int
 	imdsCalls   int
 	faults      map[string]*Fault
@@ -119,6 +123,9 @@ type Server struct {
 	profile     Latency
 	rng         *rand.Rand
 	linkHooks   []func(ENI)
+	changeHooks []func(Change)
+	changeSeq   uint64
+	changes     []Change // noted, not yet given to changeHooks
 
 	lmu     sync.Mutex
 	servers []*http.Server
@@ -132,7 +139,7 @@ type Server struct {
 func New(cfg Config) (*Server, error) {
 	s := &Server{
 		macs: map[string]bool{}, enis: map[string]*eni{}, subnets: map[string]*subnet{},
-		tokens: map[string]time.Time{}, calls: map[string]int{},
+		instances: map[string]*instance{}, calls: map[string]int{},
 		faults: map[string]*Fault{}, latency: map[string]time.Duration{}, hooks: map[string]func(){},
 	}
 	if err := s.normalize(cfg); err != nil {
@@ -141,10 +148,13 @@ func New(cfg Config) (*Server, error) {
 	if err := s.buildSubnets(); err != nil {
 		return nil, err
 	}
-	if err := s.createPrimary(); err != nil {
+	self, err := s.addInstanceLocked(InstanceConfig{
+		ID: s.cfg.InstanceID, Type: s.cfg.InstanceType, AvailabilityZone: s.cfg.AvailabilityZone, PrimaryIP: s.cfg.PrimaryIP,
+	})
+	if err != nil {
 		return nil, err
 	}
-	s.publishLocked(false)
+	s.self = self
 	return s, nil
 }
 
@@ -196,17 +206,14 @@ func (s *Server) normalize(cfg Config) error {
 	for k, v := range cfg.Limits {
 		s.allTypes[k] = v
 	}
-	lim, ok := s.allTypes[cfg.InstanceType]
-	if !ok {
+	if lim, ok := s.allTypes[cfg.InstanceType]; !ok {
 		return fmt.Errorf("unknown instance type %q: add it to Config.Limits", cfg.InstanceType)
-	}
-	if lim.MaxENIs < 1 || lim.IPv4PerENI < 1 {
+	} else if lim.MaxENIs < 1 || lim.IPv4PerENI < 1 {
 		return fmt.Errorf("instance type %q: limits must be at least 1 ENI and 1 address", cfg.InstanceType)
 	}
 	if !validID(cfg.InstanceID, "i") {
 		return fmt.Errorf("instance id %q: want i-<hex>", cfg.InstanceID)
 	}
-	s.limits = lim
 	s.region = strings.TrimRight(cfg.AvailabilityZone, "abcdefghijklmnopqrstuvwxyz")
 	for i, c := range cfg.VPCCIDRs {
 		p, err := netip.ParsePrefix(c)
@@ -257,34 +264,26 @@ func (s *Server) buildSubnets() error {
 	return nil
 }
 
-func (s *Server) createPrimary() error {
-	req := createRequest{subnetID: s.subnetOrder[0]}
-	if s.cfg.PrimaryIP != "" {
-		a, err := netip.ParseAddr(s.cfg.PrimaryIP)
-		if err != nil {
-			return fmt.Errorf("primary ip %q: %w", s.cfg.PrimaryIP, err)
-		}
-		req.primary = a
-	}
-	e, err := s.createENILocked(req)
-	if err != nil {
-		return fmt.Errorf("create primary eni: %w", err)
-	}
-	if _, err := s.attachLocked(e, s.cfg.InstanceID, 0, 0, true); err != nil {
-		return fmt.Errorf("attach primary eni: %w", err)
-	}
-	return nil
-}
-
-// Info returns the instance and VPC description.
+// Info returns the description of the (first) instance and the VPC.
 func (s *Server) Info() Info {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.infoLocked(s.self)
+}
+
+// selfID is the id of the instance the single-instance methods serve.
+func (s *Server) selfID() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.self.id
+}
+
+func (s *Server) infoLocked(in *instance) Info {
 	info := Info{
-		InstanceID: s.cfg.InstanceID, InstanceType: s.cfg.InstanceType,
-		AvailabilityZone: s.cfg.AvailabilityZone, Region: s.region, AccountID: s.cfg.AccountID,
+		InstanceID: in.id, InstanceType: in.typ,
+		AvailabilityZone: in.az, Region: s.region, AccountID: s.cfg.AccountID,
 		VPCID: s.cfg.VPCID, VPCCIDRs: slices.Clone(s.cfg.VPCCIDRs),
-		SecurityGroupIDs: slices.Clone(s.cfg.SecurityGroupIDs), Limits: s.limits,
+		SecurityGroupIDs: slices.Clone(s.cfg.SecurityGroupIDs), Limits: in.limits,
 	}
 	for _, id := range s.subnetOrder {
 		sn := s.subnets[id]
@@ -310,14 +309,20 @@ func cloneTags(m map[string]string) map[string]string {
 // else, so one URL can stand in for both endpoints.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if strings.HasPrefix(r.URL.Path, "/latest/") || r.URL.Path == "/latest" {
-		s.serveIMDS(w, r)
+		s.serveIMDS(w, r, s.selfLocked)
 		return
 	}
 	s.serveEC2(w, r)
 }
 
-// IMDSHandler serves only the instance metadata service.
-func (s *Server) IMDSHandler() http.Handler { return http.HandlerFunc(s.serveIMDS) }
+// IMDSHandler serves only the instance metadata service of the first
+// instance (the current one after BecomeInstance); Instance.IMDSHandler
+// serves any.
+func (s *Server) IMDSHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.serveIMDS(w, r, s.selfLocked) })
+}
+
+func (s *Server) selfLocked() *instance { return s.self }
 
 // EC2Handler serves only the EC2 Query API.
 func (s *Server) EC2Handler() http.Handler { return http.HandlerFunc(s.serveEC2) }

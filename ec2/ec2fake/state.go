@@ -19,6 +19,9 @@ type subnet struct {
 	tags     map[string]string
 	ips      map[netip.Addr]string   // single addresses -> owning ENI id
 	prefixes map[netip.Prefix]string // delegated /28s -> owning ENI id
+	// next is where allocIP starts looking: no address below it is free.
+	// Without it a world of many instances allocates in quadratic time.
+	next uint32
 }
 
 // eni is the server's record of one network interface.
@@ -127,14 +130,27 @@ func (sn *subnet) claimIP(a netip.Addr, owner string) error {
 // allocIP hands out the lowest free address, which keeps runs reproducible.
 func (sn *subnet) allocIP(owner string) (netip.Addr, error) {
 	first, last := sn.bounds()
-	for v := first + 4; v < last; v++ {
+	for v := max(first+4, sn.next); v < last; v++ {
 		if a := fromU32(v); sn.free(a) {
 			sn.ips[a] = owner
+			sn.next = v + 1
 			return a, nil
 		}
 	}
 	return netip.Addr{}, apiErr("InsufficientFreeAddressesInSubnet",
 		"The specified subnet %s does not have enough free addresses to satisfy the request.", sn.id)
+}
+
+// releaseIP gives a back to the subnet.
+func (sn *subnet) releaseIP(a netip.Addr) {
+	delete(sn.ips, a)
+	sn.next = min(sn.next, u32(a))
+}
+
+// releasePrefix gives a delegated /28 back to the subnet.
+func (sn *subnet) releasePrefix(p netip.Prefix) {
+	delete(sn.prefixes, p)
+	sn.next = min(sn.next, u32(p.Addr()))
 }
 
 // blockFree reports whether a /28 inside the subnet can be delegated: no
@@ -260,34 +276,25 @@ func (s *Server) snapshotLocked(e *eni) ENI {
 	return out
 }
 
+// slot orders attachments of an instance: by card, then device index.
+func (a *attachment) slot() int { return a.card<<16 + a.device }
+
 // sortedENIsLocked lists attached ENIs by device index, then detached ones in
-// creation order.
+// creation order (ENIs of several instances at one index too).
 func (s *Server) sortedENIsLocked() []*eni {
 	out := slices.Collect(maps.Values(s.enis))
+	key := func(e *eni) int {
+		if e.att == nil {
+			return 1 << 30
+		}
+		return e.att.slot()
+	}
 	slices.SortFunc(out, func(a, b *eni) int {
-		ai, bi := 1<<30, 1<<30
-		if a.att != nil {
-			ai = a.att.card<<16 + a.att.device
-		}
-		if b.att != nil {
-			bi = b.att.card<<16 + b.att.device
-		}
-		if ai != bi {
-			return ai - bi
+		if ka, kb := key(a), key(b); ka != kb {
+			return ka - kb
 		}
 		return int(a.created) - int(b.created)
 	})
-	return out
-}
-
-// attachedLocked returns the ENIs attached to the instance by device index.
-func (s *Server) attachedLocked() []*eni {
-	var out []*eni
-	for _, e := range s.sortedENIsLocked() {
-		if e.att != nil && e.att.instanceID == s.cfg.InstanceID {
-			out = append(out, e)
-		}
-	}
 	return out
 }
 

@@ -5,6 +5,37 @@
 // in --describe, and runs until SIGINT or SIGTERM.
 //
 //	ec2fake --instance-type t3.medium --secondary-ips 5 --describe /tmp/ec2.json --env-file /tmp/ec2.env
+//
+// Several nodes in one world (one account, VPC and subnets, so their
+// addresses never collide), on a simulated VPC (package vpcfabric): one
+// --instance per node, each with its node's network namespace. Each gets a
+// listener inside that namespace serving its own IMDS and the EC2 API on
+// one URL (the env file exports it for the SDK); the ENIs attached to it
+// get their links there (ens<5+device>, a veth whose other end is in the
+// router; the primary one configured as DHCP would: address, MTU 9001,
+// default via the subnet's gateway), as the fake attaches them. The
+// namespaces are the caller's; run as root:
+//
+//	ip netns add vpc; ip netns add inet; ip netns add node1; ip netns add node2
+//	ec2fake --vpc-cidr 10.96.0.0/16 --subnet-cidr 10.96.0.0/20 --instance-type t3.medium \
+//	    --instance id=i-0000000000000a001,ip=10.96.0.10,netns=/run/netns/node1,env-file=/tmp/node1.env \
+//	    --instance id=i-0000000000000a002,type=m5.large,ip=10.96.0.11,netns=/run/netns/node2,env-file=/tmp/node2.env \
+//	    --router-netns /run/netns/vpc --internet-netns /run/netns/inet --describe /tmp/world.json
+//
+// --instance takes comma-separated keys: id, type (default --instance-type),
+// ip (primary address; default the subnet's lowest free), subnet (subnet id),
+// az, netns (path; required with --router-netns), listen (loopback address
+// in that namespace, default 127.0.0.1:0), env-file. The first --instance is
+// the world's first instance (the one --listen also serves); --secondary-ips,
+// --prefixes and --extra-enis seed every instance.
+//
+// The describe file then also has "instances" (id, type, primaryIp, netns,
+// url, envFile) and "fabric": router, internet, internetHost (198.51.100.10,
+// an address on the internet), counters (per ENI: port, dropped by the
+// source/destination check; internet: sent toward the internet from an
+// address without a public mapping, i.e. not an instance's primary) and
+// dropped, their sum, which stays 0 on a healthy cluster. It is rewritten
+// after every EC2 call and every second.
 package main
 
 import (
@@ -23,6 +54,7 @@ import (
 
 	"github.com/eni-cni/eni-cni/atomicfile"
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
+	"github.com/eni-cni/eni-cni/ec2/ec2fake/vpcfabric"
 )
 
 type options struct {
@@ -36,6 +68,8 @@ type options struct {
 	latency           string
 	linkDelay         time.Duration
 	links, linksPeer  string
+	instances         instanceList
+	router, internet  string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -60,6 +94,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.linkDelay, "link-delay", -1, "with --latency realistic: override the delay before an attached ENI's link appears")
 	fs.StringVar(&o.links, "links", "", "play the hypervisor: give each ENI attached through the API a link here, named PREFIX<device> (veth with the ENI's MAC), after the link delay; removed on exit")
 	fs.StringVar(&o.linksPeer, "links-peer-netns", "", "with --links: network namespace (path) for the veth peers")
+	fs.Var(&o.instances, "instance", "an instance of the world (repeat for more; the first is the one --instance-type etc. describe): comma-separated id=, type=, ip=, subnet=, az=, netns= (its node's network namespace path), listen= (loopback address there, default 127.0.0.1:0), env-file=")
+	fs.StringVar(&o.router, "router-netns", "", "run the VPC fabric: the router's network namespace (path); each --instance needs netns=")
+	fs.StringVar(&o.internet, "internet-netns", "", "with --router-netns: the internet's network namespace (path), behind the router")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -80,6 +117,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if (o.links == "") != (o.linksPeer == "") || len(o.links) > 12 {
 		return nil, fmt.Errorf("--links (a prefix of at most 12 characters) and --links-peer-netns go together")
 	}
+	if err := o.checkWorld(); err != nil {
+		return nil, err
+	}
 	o.cfg.VPCCIDRs = splitList(o.vpcCIDRs)
 	for _, c := range splitList(o.subnets) {
 		o.cfg.Subnets = append(o.cfg.Subnets, ec2fake.SubnetConfig{CIDR: c})
@@ -97,9 +137,9 @@ func splitList(s string) []string {
 	return out
 }
 
-// seed pre-populates EC2 state as asked on the command line.
-func seed(srv *ec2fake.Server, o *options) error {
-	primary := srv.PrimaryENI().ID
+// seed pre-populates an instance's EC2 state as asked on the command line.
+func seed(srv *ec2fake.Server, in *ec2fake.Instance, o *options) error {
+	primary := in.PrimaryENI().ID
 	if o.secondaryIPs > 0 {
 		if _, err := srv.SeedIPs(primary, o.secondaryIPs); err != nil {
 			return err
@@ -111,7 +151,7 @@ func seed(srv *ec2fake.Server, o *options) error {
 		}
 	}
 	for range o.extraENIs {
-		if _, err := srv.SeedENI(ec2fake.ENISpec{DeleteOnTermination: true}); err != nil {
+		if _, err := in.SeedENI(ec2fake.ENISpec{DeleteOnTermination: true}); err != nil {
 			return err
 		}
 	}
@@ -120,12 +160,25 @@ func seed(srv *ec2fake.Server, o *options) error {
 
 // description is the --describe file's content.
 type description struct {
-	IMDSURL string         `json:"imdsURL"`
-	EC2URL  string         `json:"ec2URL"`
-	Info    ec2fake.Info   `json:"instance"`
-	ENIs    []ec2fake.ENI  `json:"enis"`
-	Calls   map[string]int `json:"calls"`
-	Updated time.Time      `json:"updated"`
+	IMDSURL   string             `json:"imdsURL"`
+	EC2URL    string             `json:"ec2URL"`
+	Info      ec2fake.Info       `json:"instance"`
+	Instances []nodeInfo         `json:"instances,omitempty"`
+	ENIs      []ec2fake.ENI      `json:"enis"`
+	Calls     map[string]int     `json:"calls"`
+	Fabric    *fabricDescription `json:"fabric,omitempty"`
+	Updated   time.Time          `json:"updated"`
+}
+
+// fabricDescription is the VPC fabric's part: where it is and what it
+// dropped (Dropped, the sum, stays 0 on a healthy cluster).
+type fabricDescription struct {
+	Router       string             `json:"router"`
+	Internet     string             `json:"internet,omitempty"`
+	InternetHost string             `json:"internetHost,omitempty"`
+	Dropped      int                `json:"dropped"`
+	Counters     vpcfabric.Counters `json:"counters"`
+	Error        string             `json:"error,omitempty"`
 }
 
 // writeFileAtomic replaces path so readers never see a partial file.
@@ -136,30 +189,75 @@ func writeFileAtomic(path string, data []byte) error {
 	return nil
 }
 
-func writeDescription(srv *ec2fake.Server, path string) error {
-	d := description{
-		IMDSURL: srv.IMDSURL(), EC2URL: srv.EC2URL(), Info: srv.Info(), ENIs: srv.ENIs(),
-		Calls: srv.Calls(), Updated: time.Now().UTC(),
+// describer keeps the --describe file up to date.
+type describer struct {
+	srv    *ec2fake.Server
+	o      *options
+	w      *world // nil until launched
+	stderr io.Writer
+}
+
+func (d *describer) write() error {
+	desc := description{
+		IMDSURL: d.srv.IMDSURL(), EC2URL: d.srv.EC2URL(), Info: d.srv.Info(), ENIs: d.srv.ENIs(),
+		Calls: d.srv.Calls(), Updated: time.Now().UTC(),
 	}
-	b, err := json.MarshalIndent(d, "", "  ")
+	if d.w != nil {
+		desc.Instances = d.w.nodes
+		if d.w.fabric != nil {
+			fd := &fabricDescription{Router: d.o.router, Internet: d.o.internet}
+			if d.o.internet != "" {
+				fd.InternetHost = vpcfabric.InternetHost
+			}
+			c, err := d.w.fabric.Counters()
+			if err == nil {
+				err = d.w.fabric.Err()
+			}
+			if err != nil {
+				fd.Error = err.Error()
+			}
+			fd.Counters, fd.Dropped = c, c.Dropped()
+			desc.Fabric = fd
+		}
+	}
+	b, err := json.MarshalIndent(desc, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode description: %w", err)
 	}
-	return writeFileAtomic(path, append(b, '\n'))
+	return writeFileAtomic(d.o.describe, append(b, '\n'))
 }
 
-// describing wraps the EC2 handler so the description is rewritten after
-// every EC2 call.
-func describing(srv *ec2fake.Server, next http.Handler, path string, stderr io.Writer) http.Handler {
+// wrap makes a handler rewrite the description after every EC2 call.
+func (d *describer) wrap(next http.Handler) http.Handler {
+	if d.o.describe == "" {
+		return next
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		next.ServeHTTP(w, r)
 		if strings.HasPrefix(r.URL.Path, "/latest") {
 			return
 		}
-		if err := writeDescription(srv, path); err != nil {
-			fmt.Fprintf(stderr, "ec2fake: %v\n", err)
+		if err := d.write(); err != nil {
+			fmt.Fprintf(d.stderr, "ec2fake: %v\n", err)
 		}
 	})
+}
+
+// refresh rewrites the description every second until ctx ends: the
+// fabric's counters change with packets, not with calls.
+func (d *describer) refresh(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := d.write(); err != nil {
+				fmt.Fprintf(d.stderr, "ec2fake: %v\n", err)
+			}
+		}
+	}
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -171,8 +269,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := seed(srv, o); err != nil {
-		return fmt.Errorf("seed: %w", err)
+	if len(o.instances) == 0 {
+		if err := seed(srv, srv.Instances()[0], o); err != nil {
+			return fmt.Errorf("seed: %w", err)
+		}
 	}
 	if o.links != "" {
 		hv, err := newHypervisor(o.links, o.linksPeer, stderr)
@@ -182,13 +282,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer hv.close()
 		srv.OnLink(hv.attach)
 	}
-	if err := serve(srv, o, stderr); err != nil {
+	d := &describer{srv: srv, o: o, stderr: stderr}
+	if err := serve(srv, o, d); err != nil {
 		return err
 	}
 	defer srv.Close()
+	w, err := launch(srv, o, d.wrap, stderr)
+	if w != nil && w.fabric != nil {
+		defer w.fabric.Close()
+	}
+	if err != nil {
+		return err
+	}
+	d.w = w
 	if o.describe != "" {
-		if err := writeDescription(srv, o.describe); err != nil {
+		if err := d.write(); err != nil {
 			return err
+		}
+		if w.fabric != nil {
+			go d.refresh(ctx)
 		}
 	}
 	if o.envFile != "" {
@@ -202,17 +314,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// serve starts the listeners; with --describe it serves through handlers
-// that refresh the description file.
-func serve(srv *ec2fake.Server, o *options, stderr io.Writer) error {
-	if o.describe == "" {
-		return srv.StartAt(o.listen, o.ec2Listen)
-	}
-	h := describing(srv, srv, o.describe, stderr)
+// serve starts the world's listeners (the first instance's IMDS and the
+// EC2 API) in this process's namespace; with --describe it serves through
+// handlers that refresh the description file.
+func serve(srv *ec2fake.Server, o *options, d *describer) error {
 	if o.ec2Listen == "" {
-		return srv.StartHandlers(o.listen, h, "", nil)
+		return srv.StartHandlers(o.listen, d.wrap(srv), "", nil)
 	}
-	return srv.StartHandlers(o.listen, srv.IMDSHandler(), o.ec2Listen, describing(srv, srv.EC2Handler(), o.describe, stderr))
+	return srv.StartHandlers(o.listen, srv.IMDSHandler(), o.ec2Listen, d.wrap(srv.EC2Handler()))
 }
 
 func main() {
