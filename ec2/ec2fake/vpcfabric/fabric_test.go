@@ -4,9 +4,11 @@ import (
 	"encoding/xml"
 	"io"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -163,4 +165,72 @@ func waitLink(t *testing.T, f *Fabric, nsPath, name string, want bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestCheckFailsClosed: when taking an unassigned address off its port
+// fails (here its route was already gone), the source check has still
+// stopped letting that address through: the check may be stricter than
+// the routes after a failure, never looser, or a drop counter of 0 could
+// hide a node that sends from an address its ENI lost.
+func TestCheckFailsClosed(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (network namespaces)")
+	}
+	srv, err := ec2fake.New(ec2fake.Config{InstanceType: "t3.medium", VPCCIDRs: []string{"10.95.0.0/16"},
+		Subnets: []ec2fake.SubnetConfig{{CIDR: "10.95.0.0/20"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	inst, err := srv.AddInstance(ec2fake.InstanceConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	router := newNS(t)
+	f, err := New(srv, Config{Router: router})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	if err := f.AddNode(inst.ID(), newNS(t)); err != nil {
+		t.Fatal(err)
+	}
+	primary := inst.PrimaryENI()
+	call(t, srv, "AssignPrivateIpAddresses", "NetworkInterfaceId", primary.ID, "PrivateIpAddress.1", "10.95.2.20")
+	rule := "-s 10.95.2.20/32 -j RETURN"
+	if !strings.Contains(checkRules(t, f, router, primary.ID), rule) {
+		t.Fatalf("after the assign the check does not let 10.95.2.20 through:\n%s", checkRules(t, f, router, primary.ID))
+	}
+	f.mu.Lock()
+	l, err := f.rh.LinkByName(f.ports[primary.ID].name)
+	f.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.rh.RouteDel(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: ipNet(netip.MustParsePrefix("10.95.2.20/32")), Scope: netlink.SCOPE_LINK}); err != nil {
+		t.Fatal(err)
+	}
+	call(t, srv, "UnassignPrivateIpAddresses", "NetworkInterfaceId", primary.ID, "PrivateIpAddress.1", "10.95.2.20")
+	if f.Err() == nil {
+		t.Error("the failed route delete was not reported by Err")
+	}
+	if got := checkRules(t, f, router, primary.ID); strings.Contains(got, rule) {
+		t.Errorf("after a failed unassign the check still lets 10.95.2.20 through:\n%s", got)
+	}
+}
+
+// checkRules lists the source check's chain of ENI id's port.
+func checkRules(t *testing.T, f *Fabric, router, id string) string {
+	t.Helper()
+	f.mu.Lock()
+	name := f.ports[id].name
+	f.mu.Unlock()
+	out, err := run(router, nil, "iptables", "-w", "5", "-t", "raw", "-S", CheckChain(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

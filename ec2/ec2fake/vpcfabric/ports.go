@@ -130,11 +130,14 @@ func (f *Fabric) routeLocked(p *port, e ec2fake.ENI) error {
 	if err != nil {
 		return fmt.Errorf("port %s of %s: %w", p.name, p.eni, err)
 	}
-	for _, q := range add {
-		if err := f.deliver(l, q, p.mac, true); err != nil {
+	// The check is narrowed before the routes go and widened only after
+	// they are in place, so a failure midway leaves it stricter than what
+	// the port carries, never looser: a source the ENI has lost is never
+	// let through (and counted as passed) because a route delete failed.
+	if len(del) > 0 {
+		if err := allow(f.cfg.Router, p.name, nil, del); err != nil {
 			return err
 		}
-		p.routed[q] = true
 	}
 	for _, q := range del {
 		if err := f.deliver(l, q, p.mac, false); err != nil {
@@ -142,7 +145,16 @@ func (f *Fabric) routeLocked(p *port, e ec2fake.ENI) error {
 		}
 		delete(p.routed, q)
 	}
-	return allow(f.cfg.Router, p.name, add, del)
+	for _, q := range add {
+		if err := f.deliver(l, q, p.mac, true); err != nil {
+			return err
+		}
+		p.routed[q] = true
+	}
+	if len(add) == 0 {
+		return nil
+	}
+	return allow(f.cfg.Router, p.name, add, nil)
 }
 
 // deliver adds (or removes) the route of q to the port and the
