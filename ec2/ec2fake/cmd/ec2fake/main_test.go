@@ -134,6 +134,7 @@ func TestParseInstances(t *testing.T) {
 		{"--router-netns", "/r", "--instance", "id=i-0000000000000a001"},       // no netns for the links
 		{"--internet-netns", "/i"},                                             // no router
 		{"--router-netns", "/r", "--links", "eni", "--links-peer-netns", "/x"}, // two hypervisors
+		{"--instance", "subnet=subnet-0123"},                                   // the first instance's subnet is the first
 	} {
 		if _, err := parseFlags(bad, io.Discard); err == nil {
 			t.Errorf("%v: accepted", bad)

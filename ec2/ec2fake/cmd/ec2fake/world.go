@@ -83,6 +83,11 @@ func (o *options) checkWorld() error {
 	}
 	if len(o.instances) > 0 {
 		first := o.instances[0].cfg
+		// The world's first instance lives in the first subnet (the first
+		// --subnet-cidr), whose ID is generated: refuse instead of ignoring.
+		if first.SubnetID != "" {
+			return fmt.Errorf("--instance 1: subnet= cannot be given for the first instance: it lives in the first --subnet-cidr")
+		}
 		if first.ID != "" {
 			o.cfg.InstanceID = first.ID
 		}
