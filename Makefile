@@ -27,7 +27,7 @@ demo-ec2: build
 
 # Cached: a second run builds nothing (see the script's header).
 deps:
-	bash scripts/install-test-deps.sh --with-containerd2 --with-kubelet --with-kubeadm
+	bash scripts/install-test-deps.sh --with-containerd2 --with-kubelet --with-kubeadm --with-conformance
 
 lint: build
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
