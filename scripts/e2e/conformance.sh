@@ -47,11 +47,13 @@ TIMEOUT=${CONF_TIMEOUT:-90m}
 KUBECTL=${KUBECTL:-kubectl}
 
 # The skip rules: "name|min nodes (0: always applies)|regexp". The node
-# rules name upstream's specs that ask for more nodes (GetBoundedReadySchedulableNodes
-# with a count, then Skipf); none of them is in the default focus.
+# rules name upstream's specs that ask for more nodes: the Granular Checks
+# on Services (framework/network's NetworkingTestConfig.setup:
+# SkipUnlessNodeCountIsAtLeast(2)), and, outside the default focus, the
+# Services specs that take GetBoundedReadySchedulableNodes(2 or 3) then Skipf.
 SKIP_RULES=(
 	'load-balancer|0|LoadBalancer'
-	'nodes<2|2|should preserve source pod IP for traffic thru service cluster IP|terminating and unready endpoints if PublishNotReadyAddresses|should respect internalTrafficPolicy=Local|fail health check node port if there are only terminating endpoints|fallback to (local )?terminating endpoints'
+	'nodes<2|2|Networking Granular Checks: Services|should preserve source pod IP for traffic thru service cluster IP|terminating and unready endpoints if PublishNotReadyAddresses|should respect internalTrafficPolicy=Local|fail health check node port if there are only terminating endpoints|fallback to (local )?terminating endpoints'
 	'nodes<3|3|should implement NodePort and HealthCheckNodePort correctly when ExternalTrafficPolicy changes'
 )
 SCTP_RULE='no-sctp|0|\[Feature:SCTPConnectivity\]'
