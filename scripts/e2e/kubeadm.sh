@@ -398,7 +398,9 @@ node_network
 # overlays), sandbox image = kubeadm's pause.
 E2E_CNI_BIN_DIR=/opt/cni/bin E2E_CNI_CONF_DIR=/etc/cni/net.d
 mkdir -p "$E2E_CNI_BIN_DIR" "$E2E_CNI_CONF_DIR"
-e2e_install_cni_plugins # loopback: containerd 1.6 sets up lo with it
+# loopback (containerd 1.6 sets up lo with it) and portmap, as a node's
+# kubernetes-cni package has them: eni-cni install chains portmap (hostPort).
+e2e_install_cni_plugins "$E2E_TOOLS/bin/portmap"
 _kl_make_cgroup_root
 write_systemctl
 e2e_start_containerd
