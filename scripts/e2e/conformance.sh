@@ -15,7 +15,7 @@
 #   no-sctp         [Feature:SCTPConnectivity] on a kernel without SCTP
 #                   (only when /proc/net/sctp is absent: no module, none loadable)
 # A spec the framework skips by itself at run time is listed with the
-# framework's message.
+# framework's message and fails the run: every skip needs a named rule.
 #
 # Run it where KUBECONFIG reaches the API server: inside the cluster's
 # namespaces, e.g. as scripts/e2e/kubeadm.sh's (or cluster.sh's)
@@ -216,5 +216,6 @@ sed 's/^/  /' "$OUT/summary.txt"
 say "reports: $OUT/{summary.txt,report.json,junit.xml,e2e.log}"
 [ "$ran" -gt 0 ] || die "no spec ran"
 [ "$failed" = 0 ] || die "$failed spec(s) failed"
+[ "$n_rt_skipped" = 0 ] || die "$n_rt_skipped spec(s) skipped by the framework, not by a named rule (above)"
 [ "$rc" = 0 ] || die "the test binary exited $rc with no failed spec (see $OUT/e2e.log)"
 say "PASS: $passed passed, $skipped skipped, 0 failed"
