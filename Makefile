@@ -79,6 +79,7 @@ deps-conformance:
 	bash scripts/install-test-deps.sh --with-kubeadm --with-conformance
 
 test-conformance: build deps-conformance
+	rm -rf _out/conformance
 	E2E_CLUSTER_HOOK=$(CURDIR)/scripts/e2e/conformance.sh CONF_OUT=$(CURDIR)/_out/conformance \
 		bash scripts/e2e/kubeadm.sh $(CURDIR)/$(BIN)
 
