@@ -545,6 +545,7 @@ iptables_rootfs() {
 # $KUBEADM_DIR/bin).
 build_small_static() {
 	local w=$WORK/$1 out=${3:-$KUBEADM_DIR/bin}
+	rm -rf "$w" # built once per OUTDIR: kubeadm's and conformance's pause
 	mkdir -p "$w" "$out"
 	cp "$2/main.go" "$w/main.go"
 	(cd "$w" && go mod init "eni-cni-test-$1" >/dev/null 2>&1 &&
