@@ -7,7 +7,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 # Where scripts/install-test-deps.sh puts reference plugins, crictl, etc.
 export ENI_CNI_TOOLS ?= /opt/eni-cni-test
 
-.PHONY: build demo test test-unit test-privileged test-e2e test-kubelet test-daemonset test-kubeadm deps-kubeadm deps lint bench install uninstall image clean stress fuzz
+.PHONY: build demo test test-unit test-privileged test-e2e test-kubelet test-daemonset test-kubeadm deps-kubeadm test-conformance deps-conformance deps lint bench install uninstall image clean stress fuzz
 
 # The shipped binary is the lean build (CNI verbs without grpc and the AWS
 # SDK) with the full build embedded for gc, warm and IMDS reads (seam_lean.go).
@@ -32,7 +32,7 @@ demo-ec2: build
 
 # Cached: a second run builds nothing (see the script's header).
 deps:
-	bash scripts/install-test-deps.sh --with-containerd2 --with-kubelet --with-kubeadm
+	bash scripts/install-test-deps.sh --with-containerd2 --with-kubelet --with-kubeadm --with-conformance
 
 lint: build
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
@@ -73,6 +73,20 @@ deps-kubeadm:
 
 test-kubeadm: build deps-kubeadm
 	bash scripts/e2e/kubeadm.sh $(CURDIR)/$(BIN)
+
+# Kubernetes' own e2e network tests (the [sig-network] [Conformance] specs and
+# the Networking Granular Checks of v1.34.2) against the kubeadm quick start's
+# cluster, as its E2E_CLUSTER_HOOK (scripts/e2e/conformance.sh). Builds the
+# network-only e2e test binary, agnhost and the images once (deps-conformance:
+# 2-5 min with kubelet's build cache; then cached). Summary and reports in
+# _out/conformance.
+deps-conformance:
+	bash scripts/install-test-deps.sh --with-kubeadm --with-conformance
+
+test-conformance: build deps-conformance
+	rm -rf _out/conformance
+	E2E_CLUSTER_HOOK=$(CURDIR)/scripts/e2e/conformance.sh CONF_OUT=$(CURDIR)/_out/conformance \
+		bash scripts/e2e/kubeadm.sh $(CURDIR)/$(BIN)
 
 test: deps lint build
 	ENI_CNI_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -race -timeout 30m ./...

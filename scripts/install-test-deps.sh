@@ -4,7 +4,7 @@
 # version is skipped. Quiet unless something fails; prints one line per thing
 # it installs, with how long it took.
 #
-# Usage: scripts/install-test-deps.sh [--with-containerd2] [--with-kubelet] [--with-kubeadm] [--tools DIR] [--no-apt] [-v]
+# Usage: scripts/install-test-deps.sh [--with-containerd2] [--with-kubelet] [--with-kubeadm] [--with-conformance] [--tools DIR] [--no-apt] [-v]
 #
 #   --with-containerd2  also build containerd v2 (containerd, ctr,
 #                       containerd-shim-runc-v2) into $TOOLS/containerd2/bin
@@ -19,12 +19,21 @@
 #                       images offline (scripts/e2e/kubeadm.sh; same as
 #                       ENI_CNI_KUBEADM=1). Once: 15-40 min on top of kubelet's
 #                       build cache; then cached (a second run: seconds)
+#   --with-conformance  also build Kubernetes' e2e network tests (upstream's
+#                       test/e2e test main of k8s.io/kubernetes v1.34.2 linking
+#                       only test/e2e/network and test/e2e/common/network),
+#                       agnhost, and the images those specs run, assembled from
+#                       Debian packages (downloaded and unpacked, never
+#                       installed here); scripts/e2e/conformance.sh runs them
+#                       (same as ENI_CNI_CONFORMANCE=1). Once: 2-5 min with
+#                       kubelet's build cache; then cached
 #   --tools DIR         tools root (same as ENI_CNI_TOOLS; default /opt/eni-cni-test)
 #   --no-apt            do not check or install Debian packages (ENI_CNI_SKIP_APT=1)
 #   --check-runtime     only say whether a containerd or runc other than Debian's
 #                       is here (exit 1, with what and why, if so); installs nothing
 #   -v, --verbose       show build output as it happens
-# Env: ENI_CNI_TOOLS, ENI_CNI_CONTAINERD2=1, ENI_CNI_KUBELET=1, ENI_CNI_KUBEADM=1, ENI_CNI_SKIP_APT=1 (as above);
+# Env: ENI_CNI_TOOLS, ENI_CNI_CONTAINERD2=1, ENI_CNI_KUBELET=1, ENI_CNI_KUBEADM=1, ENI_CNI_CONFORMANCE=1,
+#   ENI_CNI_SKIP_APT=1 (as above);
 #   ENI_CNI_FORCE_WRAPPER=1 builds Go tools through a throwaway wrapper module
 #   (go get mod@version + go build -mod=mod) without trying "go install" first.
 #
@@ -41,6 +50,14 @@
 #       (kubeadm's imageRepository: localhost/eni-cni-kubeadm) and
 #       localhost/eni-cni/web:test (scripts/web); kube-proxy's image carries
 #       this machine's iptables (Debian's, nft backend) and its libraries
+#   $TOOLS/conformance-v1.34.2/e2e-network.test (+ .stamp)  with --with-conformance
+#   $TOOLS/conformance-v1.34.2/bin/{agnhost,pause}
+#   $TOOLS/conformance-v1.34.2/images.tar (+ images.stamp): one docker-archive,
+#       tags localhost/eni-cni-e2e/{agnhost:2.56,jessie-dnsutils:1.7,
+#       busybox:1.37.0-1,nginx:1.14-4,pause:3.10.1}, the names and versions
+#       v1.34.2's test/utils/image/manifest.go gives them
+#   $TOOLS/conformance-v1.34.2/repo-list.yaml: the --kube-test-repo-list that
+#       points the framework at those names
 # plus apt: iproute2 iptables iputils-ping jq curl containerd runc time, each
 # only if missing. A container runtime that Debian's containerd/runc packages
 # would replace or shadow (Docker's containerd.io, a hand-installed binary) is
@@ -72,6 +89,7 @@ TOOLS=${ENI_CNI_TOOLS:-/opt/eni-cni-test}
 WITH_CONTAINERD2=${ENI_CNI_CONTAINERD2:-0}
 WITH_KUBELET=${ENI_CNI_KUBELET:-0}
 WITH_KUBEADM=${ENI_CNI_KUBEADM:-0}
+WITH_CONFORMANCE=${ENI_CNI_CONFORMANCE:-0}
 SKIP_APT=${ENI_CNI_SKIP_APT:-0}
 VERBOSE=0
 CHECK_ONLY=0
@@ -83,6 +101,7 @@ while [ $# -gt 0 ]; do
 	--with-containerd2) WITH_CONTAINERD2=1 ;;
 	--with-kubelet) WITH_KUBELET=1 ;;
 	--with-kubeadm) WITH_KUBEADM=1 ;;
+	--with-conformance) WITH_CONFORMANCE=1 ;;
 	--tools) TOOLS=$2; shift ;;
 	--tools=*) TOOLS=${1#--tools=} ;;
 	--no-apt) SKIP_APT=1 ;;
@@ -521,40 +540,48 @@ iptables_rootfs() {
 	chroot "$d" /usr/sbin/iptables-save --version
 }
 
-# build_small_static NAME SRCDIR: a one-file static Go program of this
-# repository (scripts/pause, scripts/web), in its own throwaway module so
-# that it does not depend on the repository's go.mod.
+# build_small_static NAME SRCDIR [OUTDIR]: a one-file static Go program of
+# this repository (scripts/pause, scripts/web), in its own throwaway module so
+# that it does not depend on the repository's go.mod; into OUTDIR (default
+# $KUBEADM_DIR/bin).
 build_small_static() {
-	local w=$WORK/$1
-	mkdir -p "$w" "$KUBEADM_DIR/bin"
+	local w=$WORK/$1 out=${3:-$KUBEADM_DIR/bin}
+	rm -rf "$w" # built once per OUTDIR: kubeadm's and conformance's pause
+	mkdir -p "$w" "$out"
 	cp "$2/main.go" "$w/main.go"
 	(cd "$w" && go mod init "eni-cni-test-$1" >/dev/null 2>&1 &&
-		CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$KUBEADM_DIR/bin/$1" .)
+		CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$out/$1" .)
 }
 
 # docker_archive OUT TAG=DIR:ENTRYPOINT...: one docker-archive tar holding an
 # image per argument, each one layer: DIR's files (root-owned, time 0), the
-# entrypoint and a PATH. Reproducible, like the pause image above.
+# entrypoint and a PATH. Reproducible, like the pause image above. An
+# ENTRYPOINT that starts with "{" is the image's config as JSON instead
+# (Entrypoint, Cmd, User...; WorkingDir and PATH are added).
 docker_archive() {
-	local out=$1 w=$WORK/images a tag dir entry layer_sha config_sha arch manifest='[]'
+	local out=$1 w=$WORK/images a tag dir entry cfg layer_sha config_sha arch manifest='[]'
 	shift
 	arch=$(go env GOARCH)
 	rm -rf "$w" && mkdir -p "$w/img"
 	for a in "$@"; do
 		tag=${a%%=*} dir=${a#*=}
 		entry=${dir#*:} dir=${dir%%:*}
+		case $entry in
+		"{"*) cfg=$entry ;;
+		*) cfg=$(jq -cn --arg e "$entry" '{ Entrypoint: [$e] }') ;;
+		esac
 		tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 --format=posix \
 			--pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime \
 			-C "$dir" -cf "$w/layer.tar" .
 		layer_sha=$(sha256sum "$w/layer.tar" | cut -d' ' -f1)
 		mkdir -p "$w/img/$layer_sha"
 		mv "$w/layer.tar" "$w/img/$layer_sha/layer.tar"
-		jq -cn --arg arch "$arch" --arg diff "sha256:$layer_sha" --arg entry "$entry" '{
+		jq -cn --arg arch "$arch" --arg diff "sha256:$layer_sha" --argjson cfg "$cfg" '{
 			architecture: $arch, os: "linux", created: "1970-01-01T00:00:00Z",
-			config: { Entrypoint: [$entry], WorkingDir: "/",
-				Env: ["PATH=/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin"] },
+			config: ($cfg + { WorkingDir: "/",
+				Env: ["PATH=/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin"] }),
 			rootfs: { type: "layers", diff_ids: [$diff] },
-			history: [ { created: "1970-01-01T00:00:00Z", created_by: "eni-cni scripts/install-test-deps.sh --with-kubeadm" } ]
+			history: [ { created: "1970-01-01T00:00:00Z", created_by: "eni-cni scripts/install-test-deps.sh" } ]
 		}' >"$w/config.json"
 		config_sha=$(sha256sum "$w/config.json" | cut -d' ' -f1)
 		mv "$w/config.json" "$w/img/$config_sha.json"
@@ -617,6 +644,194 @@ install_kubeadm() {
 	run_step "kubeadm images ($KUBEADM_REPO/*, $WEB_TAG) -> $KUBEADM_DIR/images.tar" build_kubeadm_images
 }
 
+# ---------------------------------------------------------------- conformance
+# Kubernetes' own e2e network tests, offline: upstream's test/e2e test main
+# linking only the network specs, agnhost, the images those specs run, and a
+# --kube-test-repo-list naming them (scripts/e2e/conformance.sh).
+CONF_DIR=$TOOLS/conformance-$KUBE_VER
+CONF_REPO=localhost/eni-cni-e2e # the repo list's promoterE2eRegistry and gcRegistry
+CONF_AGNHOST_VER=2.56           # test/utils/image/manifest.go
+# Upstream's agnhost is Alpine with these (its Dockerfile), busybox for the
+# rest of the commands and dash as sh; jessie-dnsutils (dig, getent) uses the
+# same root file system here.
+CONF_AGNHOST_PKGS=(busybox-static dash bash curl netcat-openbsd iproute2 bind9-dnsutils libc-bin)
+CONF_BUSYBOX_PKGS=(busybox-static)
+CONF_NGINX_PKGS=(nginx-light busybox-static)
+# The test/e2e/<x> spec packages upstream's e2e_test.go links that this copy
+# drops: everything but network (common/network comes through common).
+CONF_DROPPED_SPECS='apimachinery|apps|architecture|auth|autoscaling|cloud|common|dra|instrumentation|kubectl|lifecycle|lifecycle/bootstrap|node|scheduling|storage|storage/csimock|storage/external|windows'
+
+# conf_test_stamp: the recipe of the test binary; same stamp = same binary.
+conf_test_stamp() {
+	echo "$KUBE_MOD $KUBE_VER test/e2e with only test/e2e/network and test/e2e/common/network, no cloud providers, staging replaced by k8s.io/* $KUBE_STAGING_VER, CGO_ENABLED=0 $(go env GOOS)/$(go env GOARCH)"
+}
+
+# conf_trim_specs DIR: in the module copy DIR, upstream's e2e test main with
+# only the network spec packages linked: the other spec packages' imports
+# removed from e2e_test.go, common's node and storage from common/imports.go
+# (package e2e imports common itself), and providers.go (the cloud
+# providers: "skeleton" and "local" live in the framework). Fails if
+# upstream's files no longer look as expected.
+conf_trim_specs() {
+	local e=$1/test/e2e n
+	sed -i -E "\#^\s*_ \"k8s\.io/kubernetes/test/e2e/($CONF_DROPPED_SPECS)\"\$#d" "$e/e2e_test.go"
+	sed -i -E '\#^\s*_ "k8s\.io/kubernetes/test/e2e/common/(node|storage)"$#d' "$e/common/imports.go"
+	rm "$e/providers.go"
+	n=$(grep -cE '^\s*_ "k8s\.io/kubernetes/test/e2e/(network|common/network)"$' "$e/e2e_test.go" "$e/common/imports.go" | awk -F: '{ s += $2 } END { print s }')
+	[ "$n" = 2 ] || { echo "e2e_test.go and common/imports.go do not import network and common/network once each" >&2; return 1; }
+	if grep -E '^\s*_ "k8s\.io/kubernetes/test/e2e/[a-z]' "$e/e2e_test.go" "$e/common/imports.go" |
+		grep -vE 'e2e/(network|common/network|feature|framework/.*)"$'; then
+		echo "spec packages left in the trimmed test main (above)" >&2
+		return 1
+	fi
+}
+
+# conf_build_in_copy OUT PKG [GO TEST]: PKG of the trimmed module copy, built
+# static (as a test binary with "test"), the copy made on first use.
+conf_build_in_copy() {
+	local dst=$WORK/kubernetes-e2e verb=build
+	[ "${3:-}" != test ] || verb="test -c"
+	if [ ! -d "$dst" ]; then
+		kube_copy_module "$dst" || return 1
+		conf_trim_specs "$dst" || return 1
+	fi
+	mkdir -p "$(dirname "$1")"
+	# shellcheck disable=SC2086 # verb is one or two words
+	(cd "$dst" && GOWORK=off CGO_ENABLED=0 go $verb -mod=mod -trimpath \
+		-ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VER -X main.Version=$CONF_AGNHOST_VER" \
+		-o "$1" "$2")
+}
+
+build_conformance_test() {
+	conf_build_in_copy "$CONF_DIR/e2e-network.test.new" ./test/e2e test
+	"$CONF_DIR/e2e-network.test.new" --version
+	mv "$CONF_DIR/e2e-network.test.new" "$CONF_DIR/e2e-network.test"
+	conf_test_stamp >"$CONF_DIR/e2e-network.test.stamp"
+}
+
+build_agnhost() {
+	conf_build_in_copy "$CONF_DIR/bin/agnhost.new" ./test/images/agnhost
+	"$CONF_DIR/bin/agnhost.new" --version
+	mv "$CONF_DIR/bin/agnhost.new" "$CONF_DIR/bin/agnhost"
+	echo "$KUBE_MOD $KUBE_VER test/images/agnhost $CONF_AGNHOST_VER" >"$CONF_DIR/bin/agnhost.stamp"
+}
+
+# deb_rootfs DIR PKG...: DIR holds PKG and all they depend on (Depends and
+# Pre-Depends, recursively) as Debian ships them: downloaded and unpacked
+# with dpkg-deb -x, never installed on this machine. No maintainer script
+# runs, so what they would make is made here: the alternatives' links,
+# busybox's applet links (for the commands no package brought), the loader cache, users and groups,
+# /tmp, an nsswitch.conf that reads /etc/hosts (kubelet's) before DNS.
+deb_rootfs() {
+	local d=$1 debs=$WORK/debs pkgs p a have
+	shift
+	mkdir -p "$d" "$debs"
+	pkgs=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
+		--no-breaks --no-replaces --no-enhances "$@" | grep -E '^[a-z0-9]' | sort -u)
+	local get=()
+	for p in $pkgs; do
+		compgen -G "$debs/${p}_*.deb" >/dev/null || get+=("$p")
+	done
+	if [ ${#get[@]} -gt 0 ]; then
+		# Stale package lists name versions the mirror no longer has: update once.
+		(cd "$debs" && apt-get -o APT::Sandbox::User=root download "${get[@]}") || { apt-get update && (cd "$debs" && apt-get -o APT::Sandbox::User=root download "${get[@]}"); }
+	fi
+	for p in $pkgs; do
+		dpkg-deb -x "$(compgen -G "$debs/${p}_*.deb" | head -n 1)" "$d"
+	done
+	# update-alternatives' links (postinst), for the alternatives these
+	# packages carry; dash as sh where there is one: busybox's sh runs its
+	# own applets before PATH (its nc has no -u, -z).
+	for a in bin/sh:dash bin/nc:nc.openbsd usr/bin/awk:mawk; do
+		[ ! -e "$d/$(dirname "${a%%:*}")/${a#*:}" ] || [ -e "$d/${a%%:*}" ] || ln -s "${a#*:}" "$d/${a%%:*}"
+	done
+	if [ -x "$d/bin/busybox" ]; then
+		for a in $("$d/bin/busybox" --list); do
+			have=0
+			for p in bin sbin usr/bin usr/sbin; do
+				[ -e "$d/$p/$a" ] || [ -L "$d/$p/$a" ] && have=1
+			done
+			[ $have = 1 ] || ln -s busybox "$d/bin/$a"
+		done
+	fi
+	mkdir -p "$d/etc" "$d/tmp" "$d/root" "$d/var/tmp" "$d/run"
+	chmod 1777 "$d/tmp" "$d/var/tmp"
+	# The users and groups of upstream's images (agnhost's 1000/50000).
+	printf '%s\n' 'root:x:0:0:root:/root:/bin/sh' 'www-data:x:33:33:www-data:/var/www:/usr/sbin/nologin' \
+		'user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh' \
+		'nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin' >"$d/etc/passwd"
+	printf '%s\n' 'root:x:0:' 'www-data:x:33:' 'user-defined-in-image:x:1000:' \
+		'group-defined-in-image:x:50000:user-defined-in-image' 'nogroup:x:65534:' >"$d/etc/group"
+	printf '%s\n' 'passwd: files' 'group: files' 'hosts: files dns' >"$d/etc/nsswitch.conf"
+	printf '%s\n' '127.0.0.1 localhost' '::1 localhost' >"$d/etc/hosts" # kubelet mounts its own over it
+	[ ! -e "$d/etc/ld.so.conf" ] || ldconfig -r "$d"
+}
+
+# conf_images_stamp: what the image archive is made of (binaries, package
+# lists, tags, and this recipe's own code).
+conf_images_stamp() {
+	{
+		(cd "$CONF_DIR/bin" && sha256sum agnhost pause)
+		echo "$CONF_REPO ${CONF_AGNHOST_PKGS[*]} / ${CONF_NGINX_PKGS[*]} / ${CONF_BUSYBOX_PKGS[*]}"
+		declare -f deb_rootfs build_conf_images docker_archive
+	} | sha256sum | cut -d' ' -f1
+}
+
+build_conf_images() {
+	local r=$WORK/conf-rootfs porter
+	porter=$(go mod download -json "$KUBE_MOD@$KUBE_VER" | jq -r .Dir)/test/images/agnhost/porter
+	deb_rootfs "$r/agnhost" "${CONF_AGNHOST_PKGS[@]}"
+	cp "$CONF_DIR/bin/agnhost" "$r/agnhost/agnhost"
+	ln -s agnhost "$r/agnhost/agnhost-2"
+	cp "$porter/localhost.crt" "$porter/localhost.key" "$r/agnhost/"
+	mkdir -p "$r/agnhost/uploads"
+	# What the specs run in agnhost and jessie-dnsutils pods.
+	for c in "dig -v" "curl --version" "nc -h 2>&1 | grep -q -- -z" "ip -V" "ss -V" "getent hosts localhost" "seq 1 1"; do
+		chroot "$r/agnhost" /bin/sh -c "$c" >"$WORK/check.out" 2>&1 || { echo "agnhost image: '$c' fails:" >&2; cat "$WORK/check.out" >&2; return 1; }
+	done
+	deb_rootfs "$r/busybox" "${CONF_BUSYBOX_PKGS[@]}"
+	deb_rootfs "$r/nginx" "${CONF_NGINX_PKGS[@]}"
+	# nginx's postinst links the default site and makes its directories.
+	ln -s ../sites-available/default "$r/nginx/etc/nginx/sites-enabled/default"
+	mkdir -p "$r/nginx/var/www/html" "$r/nginx/var/log/nginx" "$r/nginx/var/lib/nginx"
+	echo "nginx (eni-cni e2e image)" >"$r/nginx/var/www/html/index.html"
+	chroot "$r/nginx" /usr/sbin/nginx -t
+	mkdir -p "$r/pause"
+	cp "$CONF_DIR/bin/pause" "$r/pause/pause"
+	docker_archive "$CONF_DIR/images.tar" \
+		"$CONF_REPO/agnhost:$CONF_AGNHOST_VER=$r/agnhost:{\"Entrypoint\":[\"/agnhost\"],\"Cmd\":[\"pause\"]}" \
+		"$CONF_REPO/jessie-dnsutils:1.7=$r/agnhost:{\"Cmd\":[\"/bin/sh\"]}" \
+		"$CONF_REPO/busybox:1.37.0-1=$r/busybox:{\"Cmd\":[\"sh\"]}" \
+		"$CONF_REPO/nginx:1.14-4=$r/nginx:{\"Entrypoint\":[\"/usr/sbin/nginx\",\"-g\",\"daemon off;\"]}" \
+		"$CONF_REPO/pause:3.10.1=$r/pause:/pause"
+	conf_images_stamp >"$CONF_DIR/images.stamp"
+}
+
+# The framework's names for the images: test/utils/image/manifest.go
+# (promoterE2eRegistry: agnhost, jessie-dnsutils, busybox, nginx;
+# gcRegistry: pause). Every other registry keeps upstream's name: a spec
+# that needs one of those images was not meant to run here.
+write_conf_repo_list() {
+	printf '%s\n' "# scripts/install-test-deps.sh --with-conformance: the images in images.tar" \
+		"promoterE2eRegistry: $CONF_REPO" "gcRegistry: $CONF_REPO" >"$CONF_DIR/repo-list.yaml.new"
+	mv "$CONF_DIR/repo-list.yaml.new" "$CONF_DIR/repo-list.yaml"
+}
+
+install_conformance() {
+	if [ ! -x "$CONF_DIR/e2e-network.test" ] || [ "$(cat "$CONF_DIR/e2e-network.test.stamp" 2>/dev/null)" != "$(conf_test_stamp)" ]; then
+		run_step "e2e network tests $KUBE_VER -> $CONF_DIR/e2e-network.test" build_conformance_test
+	fi
+	if [ ! -x "$CONF_DIR/bin/agnhost" ] || ! grep -qsx "$KUBE_MOD $KUBE_VER test/images/agnhost $CONF_AGNHOST_VER" "$CONF_DIR/bin/agnhost.stamp"; then
+		run_step "agnhost $CONF_AGNHOST_VER -> $CONF_DIR/bin/agnhost" build_agnhost
+	fi
+	# Cheap (seconds): rebuilt every time, so that it follows the source.
+	build_small_static pause "$REPO/scripts/pause" "$CONF_DIR/bin" >"$LOG" 2>&1 || { cat "$LOG" >&2; exit 1; }
+	if [ ! -s "$CONF_DIR/images.tar" ] || [ "$(cat "$CONF_DIR/images.stamp" 2>/dev/null)" != "$(conf_images_stamp)" ]; then
+		run_step "e2e images ($CONF_REPO/*) -> $CONF_DIR/images.tar" build_conf_images
+	fi
+	[ -s "$CONF_DIR/repo-list.yaml" ] || write_conf_repo_list
+}
+
 GOINSTALL_FLAGS=(-trimpath -ldflags=-s\ -w)
 
 command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
@@ -629,3 +844,4 @@ install_pause
 case $WITH_CONTAINERD2 in 1 | true | yes) install_containerd2 ;; esac
 case $WITH_KUBELET in 1 | true | yes) install_kubelet ;; esac
 case $WITH_KUBEADM in 1 | true | yes) install_kubelet; install_kubeadm ;; esac
+case $WITH_CONFORMANCE in 1 | true | yes) install_conformance ;; esac

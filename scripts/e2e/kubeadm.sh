@@ -49,6 +49,9 @@
 # Root; after scripts/install-test-deps.sh --with-kubeadm (`make test-kubeadm`).
 # Holds lib.sh's host lock (one kubelet per machine).
 # Env: E2E_KEEP_RUN=1 keeps the run dir (logs, the overlays' upper layers).
+#   E2E_CLUSTER_HOOK=/path/to/exe runs it after the checks, before teardown,
+#   in the node's namespaces with KUBECONFIG (admin.conf) and E2E_SOCK
+#   exported (e.g. scripts/e2e/conformance.sh); its failure fails the run.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -395,7 +398,9 @@ node_network
 # overlays), sandbox image = kubeadm's pause.
 E2E_CNI_BIN_DIR=/opt/cni/bin E2E_CNI_CONF_DIR=/etc/cni/net.d
 mkdir -p "$E2E_CNI_BIN_DIR" "$E2E_CNI_CONF_DIR"
-e2e_install_cni_plugins # loopback: containerd 1.6 sets up lo with it
+# loopback (containerd 1.6 sets up lo with it) and portmap, as a node's
+# kubernetes-cni package has them: eni-cni install chains portmap (hostPort).
+e2e_install_cni_plugins "$E2E_TOOLS/bin/portmap"
 _kl_make_cgroup_root
 write_systemctl
 e2e_start_containerd
@@ -480,6 +485,12 @@ show eni list
 ! ip link show "$VETH" >/dev/null 2>&1 || fail "host veth $VETH of $POD_IP left"
 ! ip -4 rule show | grep -qw "$POD_IP" || fail "rule of $POD_IP left: $(ip -4 rule show | grep -w "$POD_IP")"
 pass "$POD_IP freed, its veth $VETH and rules gone"
+
+if [ -n "${E2E_CLUSTER_HOOK:-}" ]; then
+	begin cluster-hook
+	"$E2E_CLUSTER_HOOK" || fail "E2E_CLUSTER_HOOK $E2E_CLUSTER_HOOK failed (exit $?)"
+	pass "$E2E_CLUSTER_HOOK exited 0"
+fi
 
 begin kubeadm-reset
 kubeadm reset -f --cri-socket "$E2E_ENDPOINT" >"$E2E_RUN/logs/kubeadm-reset.log" 2>&1 || {
