@@ -218,7 +218,7 @@ func (c CNI) Del(args *skel.CmdArgs) error {
 func (p *Plugin) Detach(ctx context.Context, args *skel.CmdArgs) error {
 	// DEL needs only (network, containerID, ifname): bad pod metadata in
 	// CNI_ARGS must not keep it from freeing the address.
-	return p.del(ctx, alloc.Key{Network: p.Cfg.Network, ContainerID: args.ContainerID, IfName: args.IfName})
+	return p.del(ctx, alloc.Key{Network: p.Cfg.Network, ContainerID: args.ContainerID, IfName: args.IfName}, args.Netns)
 }
 
 func (c CNI) Check(args *skel.CmdArgs) error {
