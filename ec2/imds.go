@@ -41,11 +41,10 @@ func Discover(ctx context.Context, md Metadata) (*section.Instance, error) {
 // is a new boot: a volume moved, an image baked), type (changing it takes
 // a stop), zone, region and primary MAC (the primary ENI never detaches),
 // and of each ENI known by its MAC its ID, subnet and subnet CIDR (an ENI
-// keeps them for life) and its device and card (they change only with a
-// detach and attach, which the hourly DescribeNetworkInterfaces and the
-// next boot see). A settled pass then reads 1 + 4 paths per ENI instead of
-// 6 + 9. What drift is made of is read every time: which ENIs are
-// attached, their addresses, prefixes, VPC CIDRs and security groups.
+// keeps them for life). A settled pass then reads 1 + 6 paths per ENI
+// instead of 6 + 9. What drift is made of is read every time: which ENIs
+// are attached, their device and card (a detach and attach between two
+// passes changes them), addresses, prefixes, VPC CIDRs and security groups.
 func DiscoverKnowing(ctx context.Context, md Metadata, known *section.EC2, bootID string) (*section.Instance, error) {
 	r := reader{md: md}
 	if known == nil || bootID == "" || known.VerifiedBoot != bootID || !validInstanceID(known.InstanceID) {
@@ -131,17 +130,19 @@ func discoverENI(ctx context.Context, md Metadata, mac string, known *section.EN
 	r := reader{md: md}
 	base := "network/interfaces/macs/" + mac + "/"
 	e := section.ENIInfo{MAC: mac}
-	var cidr, dev string
-	var card []string
+	var cidr string
 	if known != nil {
 		e.ID, e.SubnetID, cidr = known.ID, known.SubnetID, known.SubnetCIDR.String()
-		dev, card = strconv.Itoa(known.DeviceNumber), []string{strconv.Itoa(known.NetworkCard)}
 	} else {
 		e.ID, e.SubnetID = r.get(ctx, base+"interface-id"), r.get(ctx, base+"subnet-id")
 		cidr = r.get(ctx, base+"subnet-ipv4-cidr-block")
-		dev = r.get(ctx, base+"device-number")
-		card = r.optionalList(ctx, base+"network-card") // absent on single-card types
 	}
+	// Device and card are read on every pass (0.1 ms each): a detach and
+	// attach at another index between two passes changes them, and a
+	// stale index names the wrong table and has the next attach fail on
+	// an index in use.
+	dev := r.get(ctx, base+"device-number")
+	card := r.optionalList(ctx, base+"network-card") // absent on single-card types
 	vpcs := r.list(ctx, base+"vpc-ipv4-cidr-blocks")
 	ips := r.optionalList(ctx, base+"local-ipv4s")
 	prefixes := r.optionalList(ctx, base+"ipv4-prefix")

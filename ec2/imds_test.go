@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
@@ -47,17 +46,17 @@ func (e *env) tamper(t *testing.T, fn func(*section.EC2)) {
 }
 
 // A settled pass reads from IMDS only what can change while the instance
-// and its ENIs stay the same: the ENI list and, per ENI, addresses,
-// prefixes, VPC CIDRs and security groups. A new boot reads everything
-// once.
+// and its ENIs stay the same: the ENI list and, per ENI, device, card,
+// addresses, prefixes, VPC CIDRs and security groups. A new boot reads
+// everything once.
 func TestSettledPassReadsOnlyWhatCanChange(t *testing.T) {
 	e := settledEnv(t, ec2fake.Config{InstanceType: "t3.medium"})
 	const enis = 2
 	if n := len(e.fake.ENIs()); n != enis {
 		t.Fatalf("%d ENIs, want %d", n, enis)
 	}
-	if n := e.imdsReadsOfPass(t); n != 1+4*enis {
-		t.Errorf("settled pass read %d IMDS paths, want %d", n, 1+4*enis)
+	if n := e.imdsReadsOfPass(t); n != 1+6*enis {
+		t.Errorf("settled pass read %d IMDS paths, want %d", n, 1+6*enis)
 	}
 	if c := e.fake.Calls(); len(c) != 0 {
 		t.Errorf("settled pass made EC2 calls: %v", c)
@@ -66,8 +65,8 @@ func TestSettledPassReadsOnlyWhatCanChange(t *testing.T) {
 	if n := e.imdsReadsOfPass(t); n != 6+9*enis {
 		t.Errorf("first pass of a new boot read %d IMDS paths, want all %d", n, 6+9*enis)
 	}
-	if n := e.imdsReadsOfPass(t); n != 1+4*enis {
-		t.Errorf("second pass of a new boot read %d IMDS paths, want %d", n, 1+4*enis)
+	if n := e.imdsReadsOfPass(t); n != 1+6*enis {
+		t.Errorf("second pass of a new boot read %d IMDS paths, want %d", n, 1+6*enis)
 	}
 }
 
@@ -107,33 +106,45 @@ func TestKnownFactsTrustedOnlyInTheirBootAndInstance(t *testing.T) {
 	}
 }
 
-// An ENI's device and card change only when it is detached and attached
-// again; a settled pass takes them from the store, so one it missed (a
-// detach and attach between two passes) is put right by the hourly
-// DescribeNetworkInterfaces and by a new boot's reads.
-func TestMissedReattachCorrected(t *testing.T) {
-	for _, how := range []string{"hourly describe", "new boot"} {
-		t.Run(how, func(t *testing.T) {
-			e := settledEnv(t, ec2fake.Config{InstanceType: "t3.medium"})
-			var id string
-			var want int
-			e.tamper(t, func(src *section.EC2) {
-				i := slices.IndexFunc(src.ENIs, func(x section.ENI) bool { return !x.Primary() })
-				id, want = src.ENIs[i].ID, src.ENIs[i].DeviceNumber
-				src.ENIs[i].DeviceNumber = want + 5
-				if how == "hourly describe" {
-					src.LastDescribe = src.LastDescribe.Add(-2 * time.Hour)
-				}
-			})
-			if how == "new boot" {
-				e.mgr.BootID = "b2"
-			}
-			e.passes(t, 1)
-			_, _, src := e.counts(t)
-			if eni, _ := src.ENI(id); eni.DeviceNumber != want {
-				t.Errorf("%s: device %d in the store, want %d", id, eni.DeviceNumber, want)
-			}
-		})
+// An ENI detached and attached again at another index between two passes
+// is seen by the next pass, hourly describe or not: the device is read
+// from IMDS on every pass. A stale one named the wrong table and had
+// freeSlots take the wrong index as used, so the next attach failed on an
+// index in use for up to an hour.
+func TestReattachSeenByTheNextPass(t *testing.T) {
+	e := settledEnv(t, ec2fake.Config{InstanceType: "t3.medium"}) // 3 ENIs at most
+	var id string
+	var old int
+	for _, x := range e.fake.ENIs() {
+		if x.DeviceIndex > 0 {
+			id, old = x.ID, x.DeviceIndex
+		}
+	}
+	const moved = 2
+	if id == "" || old == moved {
+		t.Fatalf("want a secondary ENI at device 1, have %+v", e.fake.ENIs())
+	}
+	if err := e.fake.ReattachENI(id, moved); err != nil {
+		t.Fatal(err)
+	}
+	e.passes(t, 1)
+	_, _, src := e.counts(t)
+	if eni, _ := src.ENI(id); eni.DeviceNumber != moved {
+		t.Errorf("%s: device %d in the store after the next pass, want %d", id, eni.DeviceNumber, moved)
+	}
+	// The index it left is the free one: a third ENI goes there.
+	for range 7 { // 14 pods: more than two ENIs' 10 secondaries
+		e.addPods(t, 2)
+		e.passes(t, 1)
+	}
+	attached := 0
+	for _, x := range e.fake.ENIs() {
+		if x.DeviceIndex >= 0 {
+			attached++
+		}
+	}
+	if attached != 3 {
+		t.Errorf("%d ENIs attached after demand for a third, want 3", attached)
 	}
 }
 

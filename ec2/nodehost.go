@@ -112,6 +112,15 @@ func readSeen(path string) string {
 	return string(b)
 }
 
+// writeSeen remembers the witness in path, mode 0600 (readSeen trusts
+// nothing else), without fsyncs: on iptables-nft nodes kube-proxy's commits
+// change the witness almost every pass, and a witness lost in a power cut
+// costs one listing of the table. w carries a test's CreateTemp.
+func writeSeen(w atomicfile.Writer, path, witness string) error {
+	w.NoSync = true
+	return w.WriteFile(path, []byte(witness), 0o600)
+}
+
 // nodePort keeps the primary ENI's connection marking in place. A settled
 // node costs one cheap look (connmark.Intact); the full Ensure runs only
 // when something is missing. fresh says none of it was on the node before
@@ -124,7 +133,7 @@ func (h NodeHost) nodePort(e section.ENI) (missing, made []string, fresh bool, e
 	if ok && err == nil {
 		if now != seen && h.MarkSeen != "" {
 			// Best effort: without it the next pass lists the table.
-			_ = atomicfile.WriteFile(h.MarkSeen, []byte(now), 0o600)
+			_ = writeSeen(atomicfile.Writer{}, h.MarkSeen, now)
 		}
 		return nil, nil, false, nil
 	}

@@ -76,6 +76,16 @@ func TestBadInputs(t *testing.T) {
 			code: 8, msg: []string{"/etc"},
 		},
 		{
+			name: "CNI_NETNS is a file of procfs",
+			env:  func(e map[string]string) { e["CNI_NETNS"] = "/proc/1/status" },
+			code: 8, msg: []string{"/proc/1/status", "not a network namespace"},
+		},
+		{
+			name: "CNI_NETNS is a mount namespace",
+			env:  func(e map[string]string) { e["CNI_NETNS"] = "/proc/self/ns/mnt" },
+			code: 8, msg: []string{"/proc/self/ns/mnt", "not a network namespace"},
+		},
+		{
 			name: "CNI_IFNAME lo",
 			env:  func(e map[string]string) { e["CNI_IFNAME"] = "lo" },
 			code: 4, msg: []string{`CNI_IFNAME "lo"`, "loopback"},

@@ -230,3 +230,60 @@ func pingFrom(t *testing.T, p *pod, src, dst netip.Addr) error {
 type pingError struct{ o output }
 
 func (e *pingError) Error() string { return "ping: " + e.o.String() }
+
+// TestMultusDefaultRouteOnSecondNetwork: net1's network says
+// `defaultRoute: true`. net1 takes the pod's default route and eth0 moves
+// to a table of its own (it used to lose its routes: CHECK of eth0 failed
+// with 103, and after net1's DEL the pod had no IPv4 route); both answer,
+// CHECK passes for both; net1's DEL hands the default back to eth0 and
+// leaves no pod-side rule of its address.
+func TestMultusDefaultRouteOnSecondNetwork(t *testing.T) {
+	binDir := pluginBinDir(t)
+	n := newNode(t)
+	a := newNetwork(t, n, "1.0.0", []string{"10.99.34.0/24"}, nil)
+	b := newNetwork(t, n, "1.0.0", []string{"10.99.35.0/24"}, map[string]any{"stateDir": a.stateDir, "defaultRoute": true})
+	p := newPod(t, "pod-default-net1")
+	eth0, net1 := p, onIf(p, "net1")
+	runA, runB := newChainRunner(t, n, binDir, conflistOf(a)), newChainRunner(t, n, binDir, conflistOf(b))
+	ipA, ipB := resultIP(t, runA.add(t, eth0)), resultIP(t, runB.add(t, net1))
+
+	if defs := p.defaultRoutes(t); len(defs) != 1 || defs[0].LinkIndex != podLinkIndex(t, p, "net1") {
+		t.Errorf("pod default routes %v, want one, through net1", defs)
+	}
+	assertOwnTable(t, eth0, ipA)
+	for _, ip := range []netip.Addr{ipA, ipB} {
+		if err := ping(t.Context(), n.path(), ip); err != nil {
+			t.Errorf("node to %s: %v", ip, err)
+		}
+	}
+	if err := runA.check(t, eth0); err != nil {
+		t.Errorf("CHECK of eth0: %v", err)
+	}
+	if err := runB.check(t, net1); err != nil {
+		t.Errorf("CHECK of net1: %v", err)
+	}
+
+	if err := runB.del(t, net1); err != nil {
+		t.Fatalf("DEL of net1: %v", err)
+	}
+	if defs := p.defaultRoutes(t); len(defs) != 1 || defs[0].LinkIndex != podLinkIndex(t, p, "eth0") {
+		t.Errorf("pod default routes after net1's DEL %v, want one, through eth0", defs)
+	}
+	h := openHandle(t, p.path())
+	for _, r := range dump(t, "pod rules", func() ([]netlink.Rule, error) { return h.RuleList(netlink.FAMILY_V4) }) {
+		if r.Src != nil && r.Src.String() == ipB.String()+"/32" {
+			t.Errorf("pod rule of net1's %s left after its DEL: %s", ipB, r)
+		}
+	}
+	h.Close()
+	if err := ping(t.Context(), n.path(), ipA); err != nil {
+		t.Errorf("eth0 after net1's DEL: %v", err)
+	}
+	if err := runA.check(t, eth0); err != nil {
+		t.Errorf("CHECK of eth0 after net1's DEL: %v", err)
+	}
+	if err := runA.del(t, eth0); err != nil {
+		t.Fatal(err)
+	}
+	n.assertNoAttachments(t)
+}

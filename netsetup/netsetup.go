@@ -124,6 +124,10 @@ func Setup(p Pod) (l Links, err error) {
 	}
 	fault.Point("add:after-veth")
 	defer func() {
+		if err != nil {
+			// Before the veth goes: a default route it took is handed back.
+			_ = unwirePod(Attachment{HostVeth: p.HostVeth, IP: p.IP, Netns: p.Netns, IfName: p.IfName})
+		}
 		switch {
 		case errors.Is(err, ErrRouteTaken):
 			// The address's rules belong to whoever has its route.
@@ -259,35 +263,27 @@ func isDefaultRoute(r netlink.Route) bool {
 func maskOnes(m net.IPMask) int { ones, _ := m.Size(); return ones }
 
 // addPodRoutes adds the gateway's link route and the default via it: in
-// main for the interface that carries the default route (replacing another
-// default only when told to), else in the interface's own table with the
-// rule `from IP lookup table`.
+// main for the interface that carries the default route (replacing
+// another's only when told to, after moving that one to its own table),
+// else in the interface's own table with the rule `from IP lookup table`.
 func addPodRoutes(h netlinksafe.Handle, p Pod, idx int, carries bool) error {
-	gw := hostNet(GatewayIP())
-	table := mainTable
 	if !carries {
-		table = podTable(idx)
-	}
-	routes := []*netlink.Route{
-		{LinkIndex: idx, Dst: gw, Scope: netlink.SCOPE_LINK, Table: table},
-		{LinkIndex: idx, Gw: gw.IP, Scope: netlink.SCOPE_UNIVERSE, Table: table},
-	}
-	for _, r := range routes {
-		add := h.RouteAdd
-		if p.Default == DefaultAlways {
-			add = h.RouteReplace
+		table := podTable(idx)
+		if err := routeViaGateway(h, idx, table, p.Default == DefaultAlways); err != nil {
+			return fmt.Errorf("add routes of %s in %s: %w", p.IfName, p.Netns, err)
 		}
-		if err := add(r); err != nil {
-			return fmt.Errorf("add route %s in %s: %w", r, p.Netns, err)
+		if err := addSourceRule(h, p.IP, table); err != nil {
+			return fmt.Errorf("add rule from %s lookup %d in %s: %w", p.IP, table, p.Netns, err)
 		}
-	}
-	if carries {
 		return nil
 	}
-	rule := netlink.NewRule()
-	rule.Src, rule.Table, rule.Priority, rule.Family = hostNet(p.IP), table, PodRulePriority, unix.AF_INET
-	if err := h.RuleAdd(rule); err != nil && !errors.Is(err, unix.EEXIST) {
-		return fmt.Errorf("add rule from %s lookup %d in %s: %w", p.IP, table, p.Netns, err)
+	if p.Default == DefaultAlways {
+		if err := moveDefaultAside(h, p, idx); err != nil {
+			return err
+		}
+	}
+	if err := routeViaGateway(h, idx, mainTable, p.Default == DefaultAlways); err != nil {
+		return fmt.Errorf("add routes of %s in %s: %w", p.IfName, p.Netns, err)
 	}
 	return nil
 }

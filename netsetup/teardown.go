@@ -14,10 +14,15 @@ import (
 	"github.com/eni-cni/eni-cni/fault"
 )
 
-// Attachment names what Setup made for one pod address on the node.
+// Attachment names what Setup made for one pod address on the node and,
+// when Netns is set, in the pod.
 type Attachment struct {
 	HostVeth string
 	IP       netip.Addr
+	// Netns and IfName name the pod's end, when DEL knows them: the
+	// pod-side `from` rule and a default route the interface carries
+	// outlive the link unless removed or handed on. Either may be gone.
+	Netns, IfName string
 }
 
 // Teardown removes what Setup made for an address, by name: first the
@@ -30,7 +35,8 @@ func Teardown(hostVeth string, ip netip.Addr) error {
 }
 
 // Unroute removes the host routes and rules of the attachments, with one
-// listing of the rules for all of them. Afterwards nothing on the node
+// listing of the rules for all of them, and the pod side of those whose
+// pod namespace is named and still there (unwirePod). Afterwards nothing on the node
 // routes their addresses to the old veths, so the addresses may be released
 // while the (slow) veth deletion is still running.
 func Unroute(atts []Attachment) error {
@@ -41,6 +47,11 @@ func Unroute(atts []Attachment) error {
 			continue
 		}
 		ips[a.IP] = true
+		if a.Netns != "" {
+			if err := unwirePod(a); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		if err := DeleteRoute(PodRoute{IP: a.IP, Veth: a.HostVeth}); err != nil {
 			errs = append(errs, fmt.Errorf("delete route %s dev %s: %w", a.IP, a.HostVeth, err))
 		}

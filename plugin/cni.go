@@ -218,7 +218,7 @@ func (c CNI) Del(args *skel.CmdArgs) error {
 func (p *Plugin) Detach(ctx context.Context, args *skel.CmdArgs) error {
 	// DEL needs only (network, containerID, ifname): bad pod metadata in
 	// CNI_ARGS must not keep it from freeing the address.
-	return p.del(ctx, alloc.Key{Network: p.Cfg.Network, ContainerID: args.ContainerID, IfName: args.IfName})
+	return p.del(ctx, alloc.Key{Network: p.Cfg.Network, ContainerID: args.ContainerID, IfName: args.IfName}, args.Netns)
 }
 
 func (c CNI) Check(args *skel.CmdArgs) error {
@@ -323,28 +323,55 @@ func validateIfName(name string) error {
 	return nil
 }
 
-// validateNetns refuses a netns that does not exist or is the plugin's own:
-// wiring "the pod" into the node's namespace would break the node.
+// validateNetns refuses a netns that does not exist, is not a network
+// namespace, or is the plugin's own: wiring "the pod" into the node's
+// namespace would break the node.
 func validateNetns(path string) error {
 	if path == "" {
 		return fmt.Errorf("%w: CNI_NETNS is empty", errInvalidNetns)
 	}
-	var fs unix.Statfs_t
-	if err := unix.Statfs(path, &fs); err != nil {
-		return fmt.Errorf("%w: %s: %v", errInvalidNetns, path, err)
-	}
-	// CheckNetNS compares inodes only: /etc/hostname passed it, and the
-	// veth's creation failed later with EINVAL (code 999).
-	if fs.Type != unix.NSFS_MAGIC && fs.Type != unix.PROC_SUPER_MAGIC {
-		return fmt.Errorf("%w: %s is not a network namespace", errInvalidNetns, path)
+	if err := isNetNS(path); err != nil {
+		return fmt.Errorf("%w: %s: %w", errInvalidNetns, path, err)
 	}
 	same, e := cnins.CheckNetNS(path)
 	if e != nil {
-		// A file or a directory that is not a namespace (/etc/hostname).
 		return fmt.Errorf("%w: %s: %v", errInvalidNetns, path, e)
 	}
 	if same {
 		return fmt.Errorf("%w: %s is the plugin's own network namespace", errInvalidNetns, path)
+	}
+	return nil
+}
+
+// errNotNetNS: a file that is not a network namespace.
+var errNotNetNS = errors.New("not a network namespace")
+
+// nsGetNSType is NS_GET_NSTYPE, _IO(0xb7, 0x3), which x/sys/unix lacks.
+const nsGetNSType = 0xb703
+
+// isNetNS asks the kernel whether path is a network namespace. The file
+// system alone does not tell: CheckNetNS compares inodes only, and procfs
+// holds /proc/1/status as well as the /proc/PID/ns/net links, so
+// /etc/hostname and then /proc/1/status reached the veth's creation, which
+// failed (code 999) after an address had been taken. The ioctl is only
+// sent to files of nsfs and procfs: another file system's device could
+// give the number a meaning of its own.
+func isNetNS(path string) error {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &fs); err != nil {
+		return err
+	}
+	if fs.Type != unix.NSFS_MAGIC && fs.Type != unix.PROC_SUPER_MAGIC {
+		return errNotNetNS
+	}
+	typ, err := unix.IoctlRetInt(fd, nsGetNSType)
+	if err != nil || typ != unix.CLONE_NEWNET {
+		return errNotNetNS
 	}
 	return nil
 }

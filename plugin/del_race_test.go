@@ -23,7 +23,7 @@ func TestDelNeverUnroutesAReusedAddress(t *testing.T) {
 		name    string
 		release func(t *testing.T, p *Plugin) error // the other release of "dead"
 	}{
-		{"repeated DEL", func(t *testing.T, p *Plugin) error { return p.del(ctx, att("dead").Key) }},
+		{"repeated DEL", func(t *testing.T, p *Plugin) error { return p.del(ctx, att("dead").Key, "") }},
 		{"gc", func(t *testing.T, p *Plugin) error {
 			live := gc.FromSandboxes([]gc.Sandbox{{ID: "alive", Ready: true}})
 			_, err := p.Collect(ctx, live, gc.Options{Grace: 10 * time.Minute, RefuseEmpty: true}, false, &fakeHost{})
@@ -33,7 +33,7 @@ func TestDelNeverUnroutesAReusedAddress(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			stageReuseRace(t, "the stalled DEL of the dead pod",
 				func(p *Plugin) error { return tc.release(t, p) },
-				func(p *Plugin) error { return p.del(ctx, att("dead").Key) })
+				func(p *Plugin) error { return p.del(ctx, att("dead").Key, "") })
 		})
 	}
 }

@@ -314,7 +314,7 @@ func TestDryPoolDELOfWaitingAttachment(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	d, _ := n.plugin()
-	if err := d.del(context.Background(), k); err != nil {
+	if err := d.del(context.Background(), k, ""); err != nil {
 		t.Fatalf("DEL of the waiting attachment: %v", err)
 	}
 	select {

@@ -63,7 +63,7 @@ func (w *ruleWire) Unroute(atts []netsetup.Attachment) error {
 func TestCollectNeverUnroutesAReusedAddress(t *testing.T) {
 	ctx := context.Background()
 	stageReuseRace(t, "gc's teardown of the dead pod",
-		func(p *Plugin) error { return p.del(ctx, att("dead").Key) },
+		func(p *Plugin) error { return p.del(ctx, att("dead").Key, "") },
 		func(p *Plugin) error {
 			live := gc.FromSandboxes([]gc.Sandbox{{ID: "alive", Ready: true}})
 			_, err := p.Collect(ctx, live, gc.Options{Grace: 10 * time.Minute, RefuseEmpty: true}, false, &fakeHost{})

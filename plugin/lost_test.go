@@ -98,7 +98,7 @@ func TestDelWithUnusableStore(t *testing.T) {
 			var logs strings.Builder
 			p.log = slog.New(slog.NewTextHandler(&logs, nil))
 			veth := netsetup.HostVethName("eni", "live1", "eth0")
-			if err := p.del(context.Background(), att("live1").Key); err != nil {
+			if err := p.del(context.Background(), att("live1").Key, ""); err != nil {
 				t.Fatalf("DEL: %v, want success after tearing down by name", err)
 			}
 			if _, ok := w.wired[veth]; ok || !slices.Contains(w.unrouted, veth) {
@@ -118,7 +118,7 @@ func TestDelWithUnusableStore(t *testing.T) {
 	t.Run("lock timeout still fails", func(t *testing.T) {
 		p, w, s := lostNode(t)
 		p.Mgr.Store = failingStore{s, alloc.ErrLockTimeout}
-		if err := p.del(context.Background(), att("live1").Key); !errors.Is(err, alloc.ErrLockTimeout) {
+		if err := p.del(context.Background(), att("live1").Key, ""); !errors.Is(err, alloc.ErrLockTimeout) {
 			t.Errorf("DEL on a busy lock: %v, want the timeout (the runtime retries)", err)
 		}
 		if len(w.torn) != 0 {
@@ -197,7 +197,7 @@ func TestSharedStateDirLostForOneNetwork(t *testing.T) {
 					t.Fatalf("pods ADD: %v", err)
 				}
 			case "lookups":
-				if err := pods.del(ctx, att("unknown").Key); err != nil {
+				if err := pods.del(ctx, att("unknown").Key, ""); err != nil {
 					t.Fatalf("pods DEL of an unknown key: %v", err)
 				}
 				if err := pods.check(ctx, att("unknown"), nil); !errors.Is(err, errNoAllocation) {

@@ -57,7 +57,7 @@ func TestInterfacesOfOneSandboxAreApart(t *testing.T) {
 	if _, ok := w.wired[r1.Interfaces[0].Name]; ok {
 		t.Error("net1's veth is still wired after GC")
 	}
-	if err := p.del(ctx, eth0.Key); err != nil {
+	if err := p.del(ctx, eth0.Key, ""); err != nil {
 		t.Fatal(err)
 	}
 	st, _ := s.Load()

@@ -304,7 +304,7 @@ func (p *Plugin) result(a alloc.Allocation, netns string, l netsetup.Links) *cur
 // release). The veth deletion, the slow part (15–30 ms of RCU), stays out
 // of the lock's way: it starts once nothing routes to the veth and runs
 // while the release is saved.
-func (p *Plugin) del(ctx context.Context, k alloc.Key) error {
+func (p *Plugin) del(ctx context.Context, k alloc.Key, netns string) error {
 	var deleted chan error
 	// Remove also cancels an ADD of k still waiting on a dry pool: the
 	// runtime has given up on it.
@@ -312,7 +312,7 @@ func (p *Plugin) del(ctx context.Context, k alloc.Key) error {
 		fault.Point("del:after-lookup")
 		// The address may only be freed once nothing routes it to the old
 		// veth, or a new pod could get an address still routed there.
-		if err := p.wire.Unroute([]netsetup.Attachment{{HostVeth: a.HostVeth, IP: a.IP}}); err != nil {
+		if err := p.wire.Unroute([]netsetup.Attachment{{HostVeth: a.HostVeth, IP: a.IP, Netns: netns, IfName: k.IfName}}); err != nil {
 			return fmt.Errorf("tear down %s (%s): %w", k, a.IP, err)
 		}
 		fault.Point("del:after-unroute")

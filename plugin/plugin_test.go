@@ -192,17 +192,17 @@ func TestDel(t *testing.T) {
 	p, w, s := newTestPlugin(t, "10.99.0.0/24")
 	ctx := context.Background()
 	p.add(ctx, att("c1"))
-	if err := p.del(ctx, att("c1").Key); err != nil {
+	if err := p.del(ctx, att("c1").Key, ""); err != nil {
 		t.Fatal(err)
 	}
 	st, _ := s.Load()
 	if len(st.Allocations) != 0 || len(st.Cooling) != 1 || len(w.wired) != 0 {
 		t.Errorf("after DEL: %+v cooling %+v wired %v", st.Allocations, st.Cooling, w.wired)
 	}
-	if err := p.del(ctx, att("c1").Key); err != nil {
+	if err := p.del(ctx, att("c1").Key, ""); err != nil {
 		t.Errorf("second DEL: %v", err)
 	}
-	if err := p.del(ctx, att("never").Key); err != nil {
+	if err := p.del(ctx, att("never").Key, ""); err != nil {
 		t.Errorf("DEL of unknown: %v", err)
 	}
 	if last := w.torn[len(w.torn)-1]; last != netsetup.HostVethName("eni", "never", "eth0") {
@@ -215,7 +215,7 @@ func TestDelTeardownFailureKeepsAllocation(t *testing.T) {
 	ctx := context.Background()
 	p.add(ctx, att("c1"))
 	w.unrouteErr = errors.New("netlink busy")
-	if err := p.del(ctx, att("c1").Key); err == nil {
+	if err := p.del(ctx, att("c1").Key, ""); err == nil {
 		t.Fatal("DEL reported success although removing the routes failed")
 	}
 	st, _ := s.Load()
@@ -229,7 +229,7 @@ func TestDelVethFailureAfterUnroute(t *testing.T) {
 	ctx := context.Background()
 	p.add(ctx, att("c1"))
 	w.vethErr = errors.New("device busy")
-	err := p.del(ctx, att("c1").Key)
+	err := p.del(ctx, att("c1").Key, "")
 	if err == nil || !strings.Contains(err.Error(), "device busy") {
 		t.Fatalf("DEL must report the failed veth deletion so the runtime retries: %v", err)
 	}
@@ -238,7 +238,7 @@ func TestDelVethFailureAfterUnroute(t *testing.T) {
 		t.Error("an unrouted address is safe to release into cooldown")
 	}
 	w.vethErr = nil
-	if err := p.del(ctx, att("c1").Key); err != nil || w.torn[len(w.torn)-1] != netsetup.HostVethName("eni", "c1", "eth0") {
+	if err := p.del(ctx, att("c1").Key, ""); err != nil || w.torn[len(w.torn)-1] != netsetup.HostVethName("eni", "c1", "eth0") {
 		t.Errorf("retried DEL must delete the veth by its derived name: %v %v", err, w.torn)
 	}
 }

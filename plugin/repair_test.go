@@ -378,7 +378,7 @@ func TestRepairReadsTheNodeUnderTheLock(t *testing.T) {
 	keyB := alloc.Key{Network: "pods", ContainerID: "sandbox-b", IfName: "net1"}
 	var delErr error
 	delDone := make(chan struct{})
-	del := func() { defer close(delDone); delErr = runtime.del(context.Background(), keyB) }
+	del := func() { defer close(delDone); delErr = runtime.del(context.Background(), keyB, "") }
 	inspect := func() ([]netsetup.VethView, error) {
 		var seen []netsetup.VethView
 		n.w.mu.Lock()

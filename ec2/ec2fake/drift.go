@@ -34,6 +34,34 @@ func (s *Server) DetachENI(id string) error {
 	return nil
 }
 
+// ReattachENI detaches an ENI and attaches it again at another device
+// index of its card, between two of the client's looks (an operator's
+// detach and attach).
+func (s *Server) ReattachENI(id string, device int) error {
+	defer s.flushChanges()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, err := s.lookupENILocked(id)
+	if err != nil {
+		return fmt.Errorf("reattach: %w", err)
+	}
+	if e.att == nil {
+		return fmt.Errorf("reattach %s: not attached", id)
+	}
+	old := *e.att
+	in, err := s.detachLocked(old.id)
+	if err != nil {
+		return fmt.Errorf("reattach %s: %w", id, err)
+	}
+	if _, err := s.attachLocked(e, old.instanceID, device, old.card, old.deleteOnTermination); err != nil {
+		return fmt.Errorf("reattach %s at %d (left detached): %w", id, device, err)
+	}
+	if in != nil {
+		s.publishLocked(in, true)
+	}
+	return nil
+}
+
 // UnassignIPs takes secondary addresses away from an ENI behind the
 // client's back.
 func (s *Server) UnassignIPs(id string, ips ...string) error {
