@@ -157,3 +157,29 @@ func TestOnChangeFollowsEC2(t *testing.T) {
 		t.Errorf("after the detach: %+v", d)
 	}
 }
+
+// BenchmarkWorldOfAThousand launches 1000 instances in one /16, each with
+// a second ENI and 5 secondary addresses on both: what issue 20's world
+// costs before any call.
+func BenchmarkWorldOfAThousand(b *testing.B) {
+	for b.Loop() {
+		srv, err := New(Config{InstanceType: "t3.medium", VPCCIDRs: []string{"10.0.0.0/16"}, Subnets: []SubnetConfig{{CIDR: "10.0.0.0/16"}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := 0; i < 1000; i++ {
+			in := srv.Instances()[0]
+			if i > 0 {
+				if in, err = srv.AddInstance(InstanceConfig{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if _, err := srv.SeedIPs(in.PrimaryENI().ID, 5); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := in.SeedENI(ENISpec{SecondaryIPCount: 5}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
