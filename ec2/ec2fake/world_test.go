@@ -130,6 +130,9 @@ func TestOnChangeFollowsEC2(t *testing.T) {
 		NetworkInterfaceId: aws.String(e.ID), SecondaryPrivateIpAddressCount: aws.Int32(2)}); err != nil {
 		t.Fatal(err)
 	}
+	if cur, ok := srv.Current(e.ID); !ok || len(cur.ENI.SecondaryIPs) != 3 || cur.Seq != 4 {
+		t.Errorf("Current after four changes: %+v %t", cur, ok)
+	}
 	if err := srv.DetachENI(e.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -146,6 +149,9 @@ func TestOnChangeFollowsEC2(t *testing.T) {
 		if c.ENI.ID != e.ID || (i > 0 && c.Seq <= got[i-1].Seq) {
 			t.Errorf("change %d: %+v", i, c)
 		}
+	}
+	if _, ok := srv.Current(e.ID); ok {
+		t.Error("Current of a deleted ENI")
 	}
 	if last := got[5]; !last.Deleted {
 		t.Errorf("last change %+v, want deleted", last)
