@@ -36,8 +36,13 @@
 # Root; after scripts/install-test-deps.sh --with-kubeadm (`make test-cluster`).
 # Holds lib.sh's host lock (kubelet's sysctls are the machine's).
 # Env: E2E_KEEP_RUN=1 keeps the run dirs; E2E_CLUSTER_HOOK=/path/to/exe runs it
-# after the checks, before teardown, in node 1's namespaces with KUBECONFIG
-# exported (admin.conf); its failure fails the suite. CLUSTER_NODES [2].
+# after the checks (their pods and Services deleted), before teardown, in
+# node 1's namespaces with KUBECONFIG exported (admin.conf) and kubectl in
+# PATH; its failure fails the suite. CLUSTER_NODES [2] (3 ran too; the
+# checks use nodes 1 and 2, the pod checks every node); CLUSTER_INSTANCE_TYPE
+# [t3.small] (each node gets as many web pods as an ENI has addresses, so
+# some land on a secondary ENI; the node 1 control plane's 5 host-network
+# pods must fit in its maxPods).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -251,6 +256,7 @@ world_start() {
 	in_ns client ip link set cl0 mtu 9001 up
 	in_ns client ip route add default via 10.77.32.1
 	INET=$(jq -r .fabric.internetHost "$WORLD")
+	WEB_PER_NODE=$(jq -r .instance.limits.ipv4PerENI "$WORLD")
 	say "world: $(jq -r '[.instances[] | "\(.id) \(.type) \(.primaryIp)"] | join(", ")' "$WORLD"); internet $INET; client $CLIENT_IP"
 }
 
@@ -364,7 +370,7 @@ start_warm_loop() {
 	WARM_PIDS+=($!)
 }
 
-WEB_PER_NODE=4
+WEB_PER_NODE=0 # world_start: as many as an ENI has addresses, one more than the primary holds for pods
 declare -A POD_IP=() POD_NODE=() POD_NETNS=() POD_HOSTPORT=() PRIM=() SEC=()
 
 # web_pods: WEB_PER_NODE web pods pinned to each node, each with a hostPort.
@@ -384,7 +390,7 @@ spec:
   - name: web
     image: $WEB_IMAGE
     imagePullPolicy: Never
-    ports: [{containerPort: 8080, hostPort: $((9000 + 10 * n + i))}]
+    ports: [{containerPort: 8080, hostPort: $((9000 + 100 * n + i))}]
 EOF
 		done
 	done
