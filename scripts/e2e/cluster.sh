@@ -487,10 +487,11 @@ no_web_allocations() {
 
 # traffic_prep: what the traffic checks talk to: a NodePort Service per
 # node's secondary-ENI pod, a web server on the internet and on each node's
-# host network, a 200 kB body for uploads (below the 256 kB net/http
-# discards unread after a handler: more, and the web resets the connection
-# mid-upload; the pod's segments then in flight are INVALID to conntrack,
-# leave without SNAT and the internet gateway drops them, counted).
+# host network, a 200 kB body for uploads: below the 256 kB net/http
+# discards unread after a handler. With more the web may reset the
+# connection mid-upload; one run with 300 kB saw one packet dropped at the
+# internet gateway (not seen again: most likely a segment in flight after
+# the reset, INVALID to conntrack and so never SNATed).
 traffic_prep() {
 	services | k apply -f - >/dev/null || fail "kubectl apply of the NodePort services failed"
 	bg_web internet "$INET:80" "$CLUSTER_RUN/logs/internet-web.log"
