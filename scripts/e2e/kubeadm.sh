@@ -59,28 +59,15 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 # shellcheck source-path=SCRIPTDIR source=kubelet-lib.sh
 . "$here/kubelet-lib.sh"
+# shellcheck source-path=SCRIPTDIR source=kubeadm-lib.sh
+. "$here/kubeadm-lib.sh"
 
 ENI_BIN=$(realpath "${1:?usage: kubeadm.sh /path/to/eni-cni}")
-KUBE_VER=v1.34.2
-KADM_DIR=${KADM_DIR:-$E2E_TOOLS/kubeadm-$KUBE_VER}
-KL_BIN=$KADM_DIR/bin/kubelet           # reports v1.34.2, as kubeadm's preflight wants
-REPO=localhost/eni-cni-kubeadm         # kubeadm's imageRepository
-WEB_IMAGE=localhost/eni-cni/web:test   # the pod of `kubectl run`
 NODE=kadm-node
 NODE_IP=10.199.0.10                    # on a dummy interface of the private netns
 NODE_GW=10.199.0.1                     # nobody: the default route leads nowhere
 POOL_RANGE=10.199.1.10-10.199.1.29
 POOL_RE='^10\.199\.1\.'
-OVERLAYS=(/etc /var/lib /var/log /opt /usr/libexec /run)
-# What a kubeadm node with eni-cni has on disk: must be as found after the run.
-HOST_PATHS=(/etc/kubernetes /var/lib/kubelet /var/lib/etcd /etc/cni/net.d /opt/cni/bin
-	/var/lib/eni-cni /etc/cron.d/eni-cni /usr/libexec/kubernetes /var/log/pods /var/log/containers
-	/etc/crictl.yaml /root/.kube /run/xtables.lock)
-
-# Emptied in the overlays at the start: a new node has none of them.
-FRESH_PATHS=(/etc/kubernetes /var/lib/kubelet /var/lib/etcd /etc/cni/net.d /opt/cni/bin /var/lib/eni-cni
-	/var/lib/cni /etc/cron.d/eni-cni /usr/libexec/kubernetes /var/log/pods /var/log/containers
-	/etc/crictl.yaml /run/xtables.lock)
 
 say() { printf 'kubeadm-e2e: %s\n' "$*"; }
 CASE=setup CASE_T0=$EPOCHREALTIME
@@ -95,58 +82,14 @@ fail() {
 	exit 1
 }
 
-# host_paths_state: one line per HOST_PATHS entry: absent, or a digest of
-# what is there and below it (names, sizes, modes, times).
-host_paths_state() {
-	local p
-	for p in "${HOST_PATHS[@]}"; do
-		if [ -e "$p" ] || [ -L "$p" ]; then
-			printf '%s %s\n' "$p" "$(find "$p" -printf '%p %s %m %T@\n' 2>/dev/null | sha256sum | cut -c1-16)"
-		else
-			printf '%s absent\n' "$p"
-		fi
-	done
-}
-
 # ------------------------------------------------------------------ outside
 # The host's side: the lock, what must not change, the private namespaces.
-if [ "${KADM_INNER:-0}" != 1 ]; then
-	[ "$(id -u)" = 0 ] || { say "needs root" >&2; exit 1; }
-	for b in kubeadm kubectl kubelet images.tar; do
-		[ -e "$KADM_DIR/bin/$b" ] || [ -e "$KADM_DIR/$b" ] ||
-			{ say "$KADM_DIR has no $b: run scripts/install-test-deps.sh --with-kubeadm" >&2; exit 1; }
-	done
-	e2e_host_lock
-	T_START=$EPOCHREALTIME # the run, not the wait for the lock
-	before=$(host_paths_state)
-	# kubelet sets these kernel-wide tunables (no namespace holds them).
-	e2e_save_sysctls "${KL_SYSCTLS[@]}"
-	trap 'e2e_restore_sysctls' EXIT # also on Ctrl-C; a no-op once restored
-	rc=0
-	KADM_INNER=1 unshare --mount --net --propagation private -- bash "$0" "$@" || rc=$?
-	CASE=host-untouched CASE_T0=$EPOCHREALTIME
-	say "--- host-untouched"
-	e2e_restore_sysctls || rc=1
-	after=$(host_paths_state)
-	if [ "$before" != "$after" ]; then
-		say "FAIL host-untouched: node paths changed on this machine:" >&2
-		diff <(echo "$before") <(echo "$after") >&2 || true
-		exit 1
-	fi
-	[ "$rc" = 0 ] && pass "${HOST_PATHS[*]} as found; kubelet's sysctls restored" &&
-		say "whole run: $(e2e_since "$T_START")s"
-	exit "$rc"
-fi
+[ "${KADM_INNER:-0}" = 1 ] || kadm_outside KADM_INNER "$0" "$@"
 
 # ------------------------------------------------------------------ inside
 # A private mount namespace and network namespace, ours alone.
 
-KUBECTL=$KADM_DIR/bin/kubectl
 export KUBECONFIG=/etc/kubernetes/admin.conf
-E2E_CONTAINERD=1
-E2E_NETNS_UNDER_STATE=1
-E2E_PAUSE_TAR=$KADM_DIR/images.tar
-E2E_PAUSE_IMAGE=$REPO/pause:3.10.1
 KEEP_RUN=${E2E_KEEP_RUN:-0}
 
 k() { "$KUBECTL" "$@"; }
@@ -167,82 +110,19 @@ diagnostics() {
 	e2e_crictl ps -a 2>&1 | head -20
 }
 
-# show CMD...: run CMD, print its output indented; its exit status.
-show() {
-	local out rc=0
-	out=$("$@" 2>&1) || rc=$?
-	[ -z "$out" ] || printf '%s\n' "$out" | sed 's/^/  | /'
-	return $rc
-}
-
-# wait_for SECS CMD...: until CMD succeeds.
-wait_for() {
-	local secs=$1 i
-	shift
-	for ((i = 0; i < secs * 5; i++)); do
-		"$@" && return 0
-		sleep 0.2
-	done
-	return 1
-}
-
-# kubelet_pid: the PID of the kubelet the systemctl stand-in started, if alive.
-kubelet_pid() {
-	local pid
-	pid=$(cat "$E2E_RUN/kubelet.pid" 2>/dev/null) || return 1
-	_e2e_alive "$pid" && case $(_e2e_cmdline "$pid") in *"--config=/var/lib/kubelet/config.yaml"*) ;; *) return 1 ;; esac &&
-		echo "$pid"
-}
-
 cleanup() {
-	local rc=$? pid d
+	local rc=$?
 	trap - EXIT
 	set +e
-	pid=$(kubelet_pid) && _e2e_kill_wait "$pid" 20
-	kl_cleanup_cgroups
+	kadm_stop_kubelet
 	E2E_KEEP_RUN=1 e2e_cleanup 2>/dev/null
-	# Deepest first; lazily if something still holds one (the namespace dies anyway).
-	for d in $(printf '%s\n' "${OVERLAYS[@]}" | awk '{ print length($0) "\t" $0 }' | sort -rn | cut -f2-); do
-		mountpoint -q "$d" && { umount "$d" 2>/dev/null || umount -l "$d"; }
-	done
+	kadm_unmount_overlays
 	if [ "$KEEP_RUN" = 1 ]; then
 		say "kept run dir $E2E_RUN"
 	else
 		rm -rf "$E2E_RUN"
 	fi
 	exit "$rc"
-}
-
-# overlay_node_paths: an overlay on each of OVERLAYS, upper layer in the run
-# dir: the node's paths are writable here and nothing reaches the host.
-overlay_node_paths() {
-	local d n
-	for d in "${OVERLAYS[@]}"; do
-		[ -d "$d" ] || continue
-		n=$E2E_RUN/overlay/${d//\//_}
-		mkdir -p "$n/upper" "$n/work"
-		mount -t overlay overlay -o "lowerdir=$d,upperdir=$n/upper,workdir=$n/work" "$d" ||
-			fail "overlay on $d"
-	done
-}
-
-# fresh_node_paths: the paths a new node has empty or not at all, emptied in
-# the overlays (whiteouts in the upper layer: the host's copies, e.g. another
-# suite's /var/lib/eni-cni or a conflist in /etc/cni/net.d, stay as they are
-# and out of this node's sight). Refuses unless this is a mount namespace of
-# its own with the overlay mounted.
-fresh_node_paths() {
-	local p o top
-	[ "$(readlink /proc/self/ns/mnt)" != "$(readlink /proc/1/ns/mnt)" ] || fail "not in a private mount namespace"
-	for p in "${FRESH_PATHS[@]}"; do
-		top=
-		for o in "${OVERLAYS[@]}"; do
-			case $p in "$o"/*) top=$o ;; esac
-		done
-		[ -n "$top" ] && [ "$(findmnt -n -o FSTYPE --mountpoint "$top")" = overlay ] ||
-			fail "$p is not under one of this run's overlays"
-		rm -rf "$p"
-	done
 }
 
 # node_network: the private network namespace as a node's: lo, eth0 with
@@ -258,73 +138,6 @@ node_network() {
 	ip route add default via "$NODE_GW" dev eth0
 	sysctl -qw net.ipv4.ip_forward=1 # this namespace's own (kubeadm's preflight wants it)
 	printf '%s %s\n' "$NODE_IP" "$NODE" >>/etc/hosts
-}
-
-# write_systemctl: the stand-in for systemd's systemctl, for the kubelet
-# unit only; starts kubelet as kubeadm's drop-in 10-kubeadm.conf does.
-write_systemctl() {
-	mkdir -p "$E2E_RUN/bin"
-	cat >"$E2E_RUN/bin/kubelet-service" <<EOF
-#!/bin/bash
-# What /usr/lib/systemd/system/kubelet.service.d/10-kubeadm.conf runs.
-KUBELET_KUBECONFIG_ARGS="--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf"
-KUBELET_CONFIG_ARGS="--config=/var/lib/kubelet/config.yaml"
-[ ! -f /var/lib/kubelet/kubeadm-flags.env ] || . /var/lib/kubelet/kubeadm-flags.env
-[ ! -f /etc/default/kubelet ] || . /etc/default/kubelet
-exec $KL_BIN \$KUBELET_KUBECONFIG_ARGS \$KUBELET_CONFIG_ARGS \$KUBELET_KUBEADM_ARGS \$KUBELET_EXTRA_ARGS
-EOF
-	cat >"$E2E_RUN/bin/systemctl" <<EOF
-#!/bin/bash
-# scripts/e2e/kubeadm.sh's stand-in for systemctl (no systemd on this
-# machine): knows the kubelet unit only.
-run=$E2E_RUN
-EOF
-	cat >>"$E2E_RUN/bin/systemctl" <<'EOF'
-[ -z "${E2E_HOST_LOCK_FD:-}" ] || eval "exec ${E2E_HOST_LOCK_FD}>&-"
-echo "$(date +%T.%N) systemctl $*" >>"$run/logs/systemctl.log"
-verb=$1 unit=${2%.service}
-[ "$verb" = daemon-reload ] && exit 0
-if [ "$unit" != kubelet ]; then
-	echo "systemctl (stand-in): unit $unit not found; only kubelet is known here" >&2
-	exit 5
-fi
-alive() {
-	local pid
-	pid=$(cat "$run/kubelet.pid" 2>/dev/null) && [ -r "/proc/$pid/stat" ] &&
-		! grep -q '^[0-9]* ([^)]*) [ZX]' "/proc/$pid/stat" && echo "$pid"
-}
-stop() {
-	local pid i
-	pid=$(alive) || return 0
-	kill -TERM "$pid"
-	for ((i = 0; i < 200; i++)); do alive >/dev/null || return 0; sleep 0.1; done
-	kill -KILL "$pid"
-}
-start() {
-	alive >/dev/null && return 0
-	setsid "$run/bin/kubelet-service" </dev/null >>"$run/logs/kubelet.log" 2>&1 &
-	echo $! >"$run/kubelet.pid"
-}
-case $verb in
-start) start ;;
-restart) stop; start ;;
-stop) stop ;;
-is-active) if alive >/dev/null; then echo active; else echo inactive; exit 3; fi ;;
-is-enabled) echo enabled ;;
-enable) ;;
-status)
-	echo "* kubelet.service - kubelet (scripts/e2e/kubeadm.sh stand-in)"
-	echo "     Loaded: loaded (stand-in; enabled)"
-	if alive >/dev/null; then echo "     Active: active (running), pid $(alive)"; else echo "     Active: inactive (dead)"; exit 3; fi ;;
-*) echo "systemctl (stand-in): $verb not supported" >&2; exit 1 ;;
-esac
-EOF
-	chmod 0755 "$E2E_RUN/bin/systemctl" "$E2E_RUN/bin/kubelet-service"
-	ln -sf "$KL_BIN" "$E2E_RUN/bin/kubelet"
-	ln -sf "$KADM_DIR/bin/kubeadm" "$E2E_RUN/bin/kubeadm"
-	ln -sf "$KADM_DIR/bin/kubectl" "$E2E_RUN/bin/kubectl"
-	ln -sf "$E2E_TOOLS/bin/crictl" "$E2E_RUN/bin/crictl"
-	export PATH=$E2E_RUN/bin:$PATH
 }
 
 write_kubeadm_config() {
@@ -347,64 +160,19 @@ kubernetesVersion: $KUBE_VER
 clusterName: eni-cni-kubeadm
 # The images scripts/install-test-deps.sh --with-kubeadm built and this run imported.
 imageRepository: $REPO
----
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-# No systemd, cgroup v1 and swap on this machine; pods' cgroups under the run's.
-cgroupDriver: cgroupfs
-cgroupRoot: $E2E_CGROUP_PARENT
-failCgroupV1: false
-failSwapOn: false
-maxPods: 20
-# Never delete an offline image, never evict over a busy shared disk.
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
----
-apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
-# nf_conntrack_max is kernel-wide: leave it (and the timeouts) as they are.
-conntrack:
-  maxPerCore: 0
-  tcpEstablishedTimeout: 0s
-  tcpCloseWaitTimeout: 0s
 EOF
+	kadm_kubelet_config 20 >>"$E2E_RUN/kubeadm.yaml"
 }
 
-node_ready() {
-	[ "$(k get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
-}
-# addons_ready: the kube-proxy pod Running, every CoreDNS pod Ready.
-addons_ready() {
-	local p d
-	p=$(k get pods -n kube-system -l k8s-app=kube-proxy -o jsonpath='{.items[*].status.phase}' 2>/dev/null)
-	d=$(k get pods -n kube-system -l k8s-app=kube-dns -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{" "}{end}' 2>/dev/null)
-	[ "$p" = Running ] && [ -n "$d" ] && [ -z "${d//True /}" ]
-}
 pod_phase() { k get pod web -o jsonpath='{.status.phase}' 2>/dev/null; }
 pod_ready() { [ "$(k get pod web -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]; }
 ip_free() { [ -z "$(alloc_json | jq -r --arg ip "$1" '.allocations[] | select(.ip == $ip) | .ip')" ]; }
 pod_gone() { ! k get pod web >/dev/null 2>&1; }
 
 trap cleanup EXIT
-e2e_init
-chmod 0755 "$E2E_RUN"
-overlay_node_paths
-fresh_node_paths
-export HOME=$E2E_RUN/home # kubectl's cache (~/.kube) too stays in the run
-mkdir -p "$HOME"
+kadm_node_setup
 node_network
-# containerd as on a node: CNI in /opt/cni/bin and /etc/cni/net.d (the
-# overlays), sandbox image = kubeadm's pause.
-E2E_CNI_BIN_DIR=/opt/cni/bin E2E_CNI_CONF_DIR=/etc/cni/net.d
-mkdir -p "$E2E_CNI_BIN_DIR" "$E2E_CNI_CONF_DIR"
-# loopback (containerd 1.6 sets up lo with it) and portmap, as a node's
-# kubernetes-cni package has them: eni-cni install chains portmap (hostPort).
-e2e_install_cni_plugins "$E2E_TOOLS/bin/portmap"
-_kl_make_cgroup_root
-write_systemctl
-e2e_start_containerd
-printf 'runtime-endpoint: %s\nimage-endpoint: %s\n' "$E2E_ENDPOINT" "$E2E_ENDPOINT" >/etc/crictl.yaml
+kadm_node_runtime
 write_kubeadm_config
 say "run dir $E2E_RUN; node $NODE at $NODE_IP (private netns); containerd $E2E_ENDPOINT"
 say "$(kubeadm version -o short), $("$KL_BIN" --version), images imported in ${E2E_TIME_IMPORT}s:"
@@ -424,7 +192,7 @@ pass "control plane up in ${INIT_S}s"
 begin node-notready-without-cni
 show k get nodes -o wide
 reason=$(k get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].message}')
-! node_ready || fail "node Ready before any CNI was installed"
+! node_ready "$NODE" || fail "node Ready before any CNI was installed"
 say "  Ready=False: $reason"
 pass "NotReady, as expected without a CNI"
 
@@ -436,7 +204,7 @@ pass "binary and conflist in place"
 
 begin node-ready
 t0=$EPOCHREALTIME
-wait_for 90 node_ready || fail "node not Ready 90 s after eni-cni install"
+wait_for 90 node_ready "$NODE" || fail "node not Ready 90 s after eni-cni install"
 READY_S=$(e2e_since "$t0")
 show k get nodes -o wide
 pass "Ready ${READY_S}s after eni-cni install"
