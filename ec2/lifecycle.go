@@ -103,7 +103,8 @@ func (w *Warmer) dropPending(ctx context.Context, token string) error {
 
 // sweepLeaks deletes available ENIs tagged with this instance's ID that
 // are older than leakAge. It runs when a pending record has no ENI ID (the
-// Create reply was lost or not saved) and once per boot, at most once per
+// Create reply was lost or not saved) and once per boot (in the node's
+// window of the hour when spreading, spread.go), at most once per
 // sweepEvery. A pending record without ID is dropped once a sweep has
 // found nothing younger than leakAge that could still be it.
 //
@@ -119,7 +120,7 @@ func (w *Warmer) sweepLeaks(ctx context.Context, v *view) error {
 	}
 	src, now := v.src, w.now()
 	unknown := slices.ContainsFunc(src.Pending, func(p section.PendingENI) bool { return p.ID == "" })
-	if (!unknown && src.SweptBoot == w.Mgr.BootID) || !section.Elapsed(now, src.LastSweep, sweepEvery) || src.InstanceID == "" {
+	if (!unknown && (src.SweptBoot == w.Mgr.BootID || !w.sweepWindow(src))) || !section.Elapsed(now, src.LastSweep, sweepEvery) || src.InstanceID == "" {
 		return nil
 	}
 	out, err := w.API.DescribeNetworkInterfaces(ctx, &ec2.DescribeNetworkInterfacesInput{Filters: []types.Filter{
