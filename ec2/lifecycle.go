@@ -123,16 +123,17 @@ func (w *Warmer) sweepLeaks(ctx context.Context, v *view) error {
 	if (!unknown && (src.SweptBoot == w.Mgr.BootID || !w.sweepWindow(src))) || !section.Elapsed(now, src.LastSweep, sweepEvery) || src.InstanceID == "" {
 		return nil
 	}
-	out, err := w.API.DescribeNetworkInterfaces(ctx, &ec2.DescribeNetworkInterfacesInput{Filters: []types.Filter{
+	var leaked []types.NetworkInterface
+	err := describeENIs(ctx, w.API, &ec2.DescribeNetworkInterfacesInput{Filters: []types.Filter{
 		{Name: aws.String("tag:" + TagInstanceID), Values: []string{src.InstanceID}},
 		{Name: aws.String("status"), Values: []string{string(types.NetworkInterfaceStatusAvailable)}},
-	}})
+	}}, func(ni *types.NetworkInterface) error { leaked = append(leaked, *ni); return nil })
 	if err != nil {
 		return fmt.Errorf("look for leaked ENIs of %s: %w", src.InstanceID, err)
 	}
 	young := false
 	var errs []error
-	for _, ni := range out.NetworkInterfaces {
+	for _, ni := range leaked {
 		id := aws.ToString(ni.NetworkInterfaceId)
 		// A tag more than leakAge in the future is from before the
 		// clock went back, not from a pass still on its way to attach.
