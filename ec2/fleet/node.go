@@ -1,0 +1,149 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+
+	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/alloc/allocfake"
+	ec2pkg "github.com/eni-cni/eni-cni/ec2"
+	"github.com/eni-cni/eni-cni/ec2/ec2fake"
+	"github.com/eni-cni/eni-cni/ec2/provider"
+	"github.com/eni-cni/eni-cni/ec2/section"
+	"github.com/eni-cni/eni-cni/netconf"
+)
+
+// node is one instance: its store, its warm pass and its pods' ADDs.
+type node struct {
+	o     Options
+	clock vclock
+	cfg   *netconf.Config
+	mgr   *alloc.Manager
+	w     *ec2pkg.Warmer
+	add   provider.EC2
+	busy  sync.Mutex // warm.lock: one pass at a time
+	mu    sync.Mutex
+	errs  int
+}
+
+// launch adds the node's instance to the world, with its own IMDS.
+func launch(fake *ec2fake.Server, o Options, c vclock, i int) (*node, error) {
+	inst, err := fake.AddInstance(ec2fake.InstanceConfig{ID: fmt.Sprintf("i-%017x", 0x0f1ee7000+i)})
+	if err != nil {
+		return nil, err
+	}
+	if o.LaunchSecondaries+o.LaunchPrefixes > 0 {
+		if err := inst.LaunchTemplate(o.LaunchSecondaries, o.LaunchPrefixes); err != nil {
+			return nil, err
+		}
+	}
+	imds, err := inst.StartIMDS("127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	n := &node{o: o}
+	now := func() time.Time { return n.clock.now() }
+	n.mgr = &alloc.Manager{Store: allocfake.NewStore(), Pool: alloc.StoredPool{}, BootID: "boot", Cooldown: 30 * time.Second, Now: now}
+	n.cfg = &netconf.Config{Network: "pods", Provider: netconf.EC2, IMDSEndpoint: imds, EC2Endpoint: fake.EC2URL(), AddWait: o.AddWait, Warm: o.Warm}
+	md := ec2pkg.NewMetadataClient(imds)
+	retry := ec2pkg.Backoff{Base: c.real(ec2pkg.DefaultBackoff.Base), Cap: c.real(ec2pkg.DefaultBackoff.Cap)}
+	api := ec2pkg.NewAPI(fake.EC2URL(), "us-east-1", md, func(eo *ec2.Options) { eo.Retryer = ec2pkg.NewRetryer(retry) })
+	n.w = &ec2pkg.Warmer{Mgr: n.mgr, API: api, MD: md, Host: nopHost{}, Cfg: o.Warm, Out: io.Discard, Now: now, Spread: true}
+	n.add = provider.EC2{Cfg: n.cfg, Mgr: n.mgr, Full: ec2pkg.InProcess{}, Warm: n, Now: now, Alive: func(int) bool { return true }}
+	return n, nil
+}
+
+// StartWarm is the node's WarmStarter: a pass of its own, skipped when one
+// runs (warm.lock).
+func (n *node) StartWarm(ctx context.Context, _ *netconf.Config, _ bool) (string, error) {
+	go n.pass(context.WithoutCancel(ctx))
+	return "fleet", nil
+}
+
+func (n *node) pass(ctx context.Context) {
+	if !n.busy.TryLock() {
+		return
+	}
+	defer n.busy.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, n.clock.real(ec2pkg.WarmTimeout))
+	defer cancel()
+	if err := n.w.Run(ctx); err != nil {
+		n.mu.Lock()
+		n.errs++
+		n.mu.Unlock()
+	}
+}
+
+func (n *node) passErrors() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.errs
+}
+
+// timer is eni-cni-warm.timer: a pass 10 s after boot, then every 30 s.
+func (n *node) timer(ctx context.Context) {
+	n.clock.sleep(ctx, 10*time.Second)
+	for ctx.Err() == nil {
+		n.pass(ctx)
+		n.clock.sleep(ctx, 30*time.Second)
+	}
+}
+
+// pods runs the node's pods' ADDs at once, each retried as kubelet does
+// after a failure, and returns when the last had an address.
+func (n *node) pods(ctx context.Context) (last time.Duration, unserved int, failed map[string]int) {
+	failed = map[string]int{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range n.o.PodsPerNode {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := alloc.Key{Network: "pods", ContainerID: fmt.Sprintf("pod-%d", i), IfName: "eth0"}
+			for {
+				_, _, _, _, err := n.add.Allocate(ctx, alloc.Request{Key: key})
+				mu.Lock()
+				if err == nil {
+					last = max(last, n.clock.now().Sub(n.clock.origin))
+					mu.Unlock()
+					return
+				}
+				if ctx.Err() != nil {
+					unserved++
+					mu.Unlock()
+					return
+				}
+				failed[reason(err)]++
+				mu.Unlock()
+				n.clock.sleep(ctx, n.o.Retry)
+			}
+		}()
+	}
+	wg.Wait()
+	return last, unserved, failed
+}
+
+var varying = regexp.MustCompile(`[0-9a-f]{8,}|\d+(\.\d+)?(ms|s|m)?|pod-\d+`)
+
+// reason is an ADD's error without what varies between pods and nodes.
+func reason(err error) string {
+	s := varying.ReplaceAllString(err.Error(), "#")
+	if len(s) > 160 {
+		s = s[:160] + "…"
+	}
+	return s
+}
+
+// nopHost is the node's kernel side, left out: links appear at once.
+type nopHost struct{}
+
+func (nopHost) SetupENI(context.Context, section.ENI) error { return nil }
+func (nopHost) Reassert(context.Context, []section.ENI, []alloc.Allocation) (ec2pkg.HostReport, error) {
+	return ec2pkg.HostReport{}, nil
+}
