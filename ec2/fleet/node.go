@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 
 	"github.com/eni-cni/eni-cni/alloc"
@@ -55,7 +56,7 @@ func launch(fake *ec2fake.Server, o Options, c vclock, i int) (*node, error) {
 	retry := ec2pkg.Backoff{Base: c.real(ec2pkg.DefaultBackoff.Base), Cap: c.real(ec2pkg.DefaultBackoff.Cap)}
 	api := ec2pkg.NewAPI(fake.EC2URL(), "us-east-1", md, func(eo *ec2.Options) { eo.Retryer = ec2pkg.NewRetryer(retry) })
 	n.w = &ec2pkg.Warmer{Mgr: n.mgr, API: api, MD: md, Host: nopHost{}, Cfg: o.Warm, Out: io.Discard, Now: now, Spread: true}
-	n.add = provider.EC2{Cfg: n.cfg, Mgr: n.mgr, Full: ec2pkg.InProcess{}, Warm: n, Now: now, Alive: func(int) bool { return true }}
+	n.add = provider.EC2{Cfg: n.cfg, Mgr: n.mgr, Full: nodeIMDS{md: md, now: now}, Warm: n, Now: now, Alive: func(int) bool { return true }}
 	return n, nil
 }
 
@@ -138,6 +139,23 @@ func reason(err error) string {
 		s = s[:160] + "…"
 	}
 	return s
+}
+
+// nodeIMDS is ec2.InProcess with one IMDS client per node: a real ADD is
+// a process whose client goes with it, while a client per ADD in this one
+// process would keep every idle connection open.
+type nodeIMDS struct {
+	ec2pkg.InProcess
+	md  *imds.Client
+	now func() time.Time
+}
+
+func (f nodeIMDS) RefreshIMDS(ctx context.Context, _ *netconf.Config, mgr *alloc.Manager) (provider.Refreshed, error) {
+	r, err := ec2pkg.Refresh(ctx, mgr, f.md, f.now())
+	if err != nil {
+		return provider.Refreshed{}, err
+	}
+	return provider.Refreshed{Added: r.Added, Dropped: r.Dropped, InstanceID: r.Instance.ID}, nil
 }
 
 // nopHost is the node's kernel side, left out: links appear at once.
