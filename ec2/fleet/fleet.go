@@ -70,20 +70,21 @@ func (r Report) Percentile(p float64) time.Duration {
 }
 
 // vclock is compressed time: virtual time runs scale times as fast as the
-// machine's, from a fixed origin.
+// machine's, from a fixed origin. One vclock is shared by reference by the
+// world and every node: it starts when the scale-up does.
 type vclock struct {
 	origin, start time.Time
 	scale         float64
 }
 
-func (c vclock) now() time.Time {
+func (c *vclock) now() time.Time {
 	return c.origin.Add(time.Duration(float64(time.Since(c.start)) * c.scale))
 }
 
 // real is how long a virtual duration takes.
-func (c vclock) real(d time.Duration) time.Duration { return time.Duration(float64(d) / c.scale) }
+func (c *vclock) real(d time.Duration) time.Duration { return time.Duration(float64(d) / c.scale) }
 
-func (c vclock) sleep(ctx context.Context, d time.Duration) {
+func (c *vclock) sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(c.real(d))
 	defer t.Stop()
 	select {
@@ -112,7 +113,7 @@ func (o *Options) defaults() {
 
 // world is the fake account: one VPC, the buckets on the virtual clock,
 // EC2's reply times compressed.
-func world(o Options, c vclock) (*ec2fake.Server, error) {
+func world(o Options, c *vclock) (*ec2fake.Server, error) {
 	lat := ec2fake.RealisticLatency()
 	for a, d := range lat.Calls {
 		lat.Calls[a] = c.real(d)
@@ -129,7 +130,7 @@ func world(o Options, c vclock) (*ec2fake.Server, error) {
 // every pod has an address or the time is up.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	o.defaults()
-	c := vclock{origin: time.Date(2026, 1, 1, 8, 0, 0, 0, time.UTC), scale: o.Scale}
+	c := &vclock{origin: time.Date(2026, 1, 1, 8, 0, 0, 0, time.UTC), scale: o.Scale}
 	fake, err := world(o, c)
 	if err != nil {
 		return nil, err
@@ -150,7 +151,6 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.real(o.Timeout))
 	defer cancel()
 	for _, n := range nodes {
-		n.clock = c
 		go n.timer(ctx)
 	}
 	r := &Report{Opts: o, AddFailed: map[string]int{}}

@@ -23,7 +23,7 @@ import (
 // node is one instance: its store, its warm pass and its pods' ADDs.
 type node struct {
 	o     Options
-	clock vclock
+	clock *vclock
 	cfg   *netconf.Config
 	mgr   *alloc.Manager
 	w     *ec2pkg.Warmer
@@ -34,7 +34,7 @@ type node struct {
 }
 
 // launch adds the node's instance to the world, with its own IMDS.
-func launch(fake *ec2fake.Server, o Options, c vclock, i int) (*node, error) {
+func launch(fake *ec2fake.Server, o Options, c *vclock, i int) (*node, error) {
 	inst, err := fake.AddInstance(ec2fake.InstanceConfig{ID: fmt.Sprintf("i-%017x", 0x0f1ee7000+i)})
 	if err != nil {
 		return nil, err
@@ -48,9 +48,9 @@ func launch(fake *ec2fake.Server, o Options, c vclock, i int) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &node{o: o}
-	now := func() time.Time { return n.clock.now() }
-	n.mgr = &alloc.Manager{Store: allocfake.NewStore(), Pool: alloc.StoredPool{}, BootID: "boot", Cooldown: 30 * time.Second, Now: now}
+	n := &node{o: o, clock: c}
+	now := c.now
+	n.mgr = &alloc.Manager{Store: scaledStore{Store: allocfake.NewStore(), c: c}, Pool: alloc.StoredPool{}, BootID: "boot", Cooldown: 30 * time.Second, Now: now}
 	n.cfg = &netconf.Config{Network: "pods", Provider: netconf.EC2, IMDSEndpoint: imds, EC2Endpoint: fake.EC2URL(), AddWait: o.AddWait, Warm: o.Warm}
 	md := ec2pkg.NewMetadataClient(imds)
 	retry := ec2pkg.Backoff{Base: c.real(ec2pkg.DefaultBackoff.Base), Cap: c.real(ec2pkg.DefaultBackoff.Cap)}
@@ -156,6 +156,28 @@ func (f nodeIMDS) RefreshIMDS(ctx context.Context, _ *netconf.Config, mgr *alloc
 		return provider.Refreshed{}, err
 	}
 	return provider.Refreshed{Added: r.Added, Dropped: r.Dropped, InstanceID: r.Instance.ID}, nil
+}
+
+// scaledStore is the node's store, whose waiters wait on virtual time: an
+// ADD sleeps until its next look (a recheck, a cooldown's or a pause's
+// end), computed on the virtual clock.
+type scaledStore struct {
+	*allocfake.Store
+	c *vclock
+}
+
+func (s scaledStore) Watch() (alloc.Watcher, error) {
+	w, err := s.Store.Watch()
+	return scaledWatcher{Watcher: w, c: s.c}, err
+}
+
+type scaledWatcher struct {
+	alloc.Watcher
+	c *vclock
+}
+
+func (w scaledWatcher) Wait(ctx context.Context, d time.Duration) (bool, error) {
+	return w.Watcher.Wait(ctx, max(w.c.real(d), time.Millisecond))
 }
 
 // nopHost is the node's kernel side, left out: links appear at once.

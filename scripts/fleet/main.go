@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/eni-cni/eni-cni/ec2/fleet"
@@ -21,6 +22,7 @@ func main() {
 	pods := flag.Int("pods", 30, "pods per node")
 	scale := flag.Float64("scale", 20, "virtual seconds per real second")
 	addWait := flag.Duration("add-wait", 25*time.Second, "each ADD's wait on a dry pool (addWaitSeconds)")
+	only := flag.String("configs", "secondary,prefix,template", "which configurations to run")
 	flag.Parse()
 	os.Setenv("AWS_ACCESS_KEY_ID", "AKIDFLEET")
 	os.Setenv("AWS_SECRET_ACCESS_KEY", "fleet")
@@ -30,7 +32,10 @@ func main() {
 	lt := pd
 	lt.LaunchPrefixes = (*pods + 5 + 15) / 16
 	var rs []*fleet.Report
-	for _, o := range []fleet.Options{base, pd, lt} {
+	for i, o := range []fleet.Options{base, pd, lt} {
+		if !strings.Contains(*only, []string{"secondary", "prefix", "template"}[i]) {
+			continue
+		}
 		r, err := fleet.Run(context.Background(), o)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "fleet:", err)
