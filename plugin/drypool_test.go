@@ -197,6 +197,30 @@ func TestDryPoolADDWaitsForWarm(t *testing.T) {
 	}
 }
 
+// TestDryPoolLaunchTemplateAddressesServeAtOnce: on a fresh node whose
+// launch template assigned /28 prefixes to its primary ENI, the first ADDs
+// take addresses IMDS lists, without waiting for a warm pass or any EC2
+// call: a node of a fleet scaled by hundreds serves its pods as a warm one.
+func TestDryPoolLaunchTemplateAddressesServeAtOnce(t *testing.T) {
+	n := newDryNode(t, "m5.xlarge", `,"prefixDelegation":true`)
+	if err := n.fake.Instances()[0].LaunchTemplate(0, 1); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := n.plugin()
+	for _, cid := range []string{"a", "b", "c"} {
+		if _, err := p.add(context.Background(), att(cid)); err != nil {
+			t.Fatalf("ADD %s: %v", cid, err)
+		}
+	}
+	n.wg.Wait()
+	if s := n.starts.Load(); s != 0 {
+		t.Errorf("ADDs started %d warm passes, want none", s)
+	}
+	if c := n.fake.Calls(); len(c) != 0 {
+		t.Errorf("EC2 calls %v, want none", c)
+	}
+}
+
 // TestDryPoolWarmFailureFailsWaiters: a warm pass that IAM denies makes
 // the waiting ADD fail, within its wait, with code 11 and that reason; a
 // throttled one does not fail it before its wait is up (EC2's buckets

@@ -240,10 +240,12 @@ func (s EC2) look(st *alloc.State, req alloc.Request, allocErr error, first, rec
 		return step{fail: fmt.Errorf("%w; %s", cause, s.timedOut(sec, start, res))}, true
 	}
 	i := st.FindDemand(req.Key)
-	if first && sec.InstanceID != "" && st.Waiting(now) == 0 && !res.lookedIMDS {
-		// Addresses assigned by something else show in IMDS first. Not on
-		// a node warm never described (its pass discovers the instance
-		// anyway), nor when ADDs already wait (one of them looked).
+	if first && st.Waiting(now) == 0 && !res.lookedIMDS {
+		// Addresses assigned by something else show in IMDS first: by
+		// the launch template on a node warm never described (its first
+		// pod is then served without waiting for a pass and its EC2
+		// calls), or since the last pass. Not when ADDs already wait (one
+		// of them looked).
 		return step{imds: true}, false
 	}
 	var recorded *alloc.Demand
