@@ -46,6 +46,8 @@ type Report struct {
 	Unserved   int           // pods without an address when the run gave up
 	AddFailed  map[string]int
 	PassErrors int
+	Model      string        // set when the report is of a model, not of eni-cni's code
+	Real       time.Duration // the run's wall time
 }
 
 // Mutations counts the calls that changed the account.
@@ -200,12 +202,12 @@ func Table(rs []*Report) string {
 		for _, n := range r.AddFailed {
 			fails += n
 		}
-		fmt.Fprintf(&b, "%-34s %6d %8.0fs %8.0fs %8.0fs %8.0fs %8.0fs %9d %10d %8d %8d\n", name(r.Opts), r.Opts.Nodes,
+		fmt.Fprintf(&b, "%-34s %6d %8.0fs %8.0fs %8.0fs %8.0fs %8.0fs %9d %10d %8d %8d\n", name(r), r.Opts.Nodes,
 			r.Last.Seconds(), r.Bound.Seconds(), r.Percentile(0.5).Seconds(), r.Percentile(0.99).Seconds(), r.Percentile(1).Seconds(),
 			r.Mutations(), th, fails, r.Unserved)
 	}
 	for _, r := range rs {
-		fmt.Fprintf(&b, "\n%s: calls (throttled) by action:", name(r.Opts))
+		fmt.Fprintf(&b, "\n%s: calls (throttled) by action:", name(r))
 		actions := make([]string, 0, len(r.Calls))
 		for a := range r.Calls {
 			actions = append(actions, a)
@@ -222,7 +224,11 @@ func Table(rs []*Report) string {
 	return b.String()
 }
 
-func name(o Options) string {
+func name(r *Report) string {
+	if r.Model != "" {
+		return r.Model
+	}
+	o := r.Opts
 	s := "secondary addresses"
 	if o.Warm.PrefixDelegation {
 		s = "prefix delegation"

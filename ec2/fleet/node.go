@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"regexp"
 	"sync"
 	"time"
 
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 
@@ -35,6 +37,16 @@ type node struct {
 
 // launch adds the node's instance to the world, with its own IMDS.
 func launch(fake *ec2fake.Server, o Options, c *vclock, i int) (*node, error) {
+	n, err := launchOn(fake, o, c.now, c.real, i)
+	if n != nil {
+		n.clock = c
+	}
+	return n, err
+}
+
+// launchOn is launch on any clock: now is virtual time, real how long a
+// virtual duration takes.
+func launchOn(fake *ec2fake.Server, o Options, now func() time.Time, real func(time.Duration) time.Duration, i int) (*node, error) {
 	inst, err := fake.AddInstance(ec2fake.InstanceConfig{ID: fmt.Sprintf("i-%017x", 0x0f1ee7000+i)})
 	if err != nil {
 		return nil, err
@@ -44,17 +56,21 @@ func launch(fake *ec2fake.Server, o Options, c *vclock, i int) (*node, error) {
 			return nil, err
 		}
 	}
-	imds, err := inst.StartIMDS("127.0.0.1:0")
+	imdsURL, err := inst.StartIMDS("127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	n := &node{o: o, clock: c}
-	now := c.now
-	n.mgr = &alloc.Manager{Store: scaledStore{Store: allocfake.NewStore(), c: c}, Pool: alloc.StoredPool{}, BootID: "boot", Cooldown: 30 * time.Second, Now: now}
-	n.cfg = &netconf.Config{Network: "pods", Provider: netconf.EC2, IMDSEndpoint: imds, EC2Endpoint: fake.EC2URL(), AddWait: o.AddWait, Warm: o.Warm}
-	md := ec2pkg.NewMetadataClient(imds)
-	retry := ec2pkg.Backoff{Base: c.real(ec2pkg.DefaultBackoff.Base), Cap: c.real(ec2pkg.DefaultBackoff.Cap)}
-	api := ec2pkg.NewAPI(fake.EC2URL(), "us-east-1", md, func(eo *ec2.Options) { eo.Retryer = ec2pkg.NewRetryer(retry) })
+	n := &node{o: o}
+	n.mgr = &alloc.Manager{Store: scaledStore{Store: allocfake.NewStore(), real: real}, Pool: alloc.StoredPool{}, BootID: "boot", Cooldown: 30 * time.Second, Now: now}
+	n.cfg = &netconf.Config{Network: "pods", Provider: netconf.EC2, IMDSEndpoint: imdsURL, EC2Endpoint: fake.EC2URL(), AddWait: o.AddWait, Warm: o.Warm}
+	// A few connections per node and client: a thousand nodes in one
+	// process would otherwise open one per concurrent request, on both
+	// ends, past the process's file limit.
+	md := ec2pkg.NewMetadataClient(imdsURL, func(io *imds.Options) { io.HTTPClient = fewConns(2) })
+	retry := ec2pkg.Backoff{Base: real(ec2pkg.DefaultBackoff.Base), Cap: real(ec2pkg.DefaultBackoff.Cap)}
+	api := ec2pkg.NewAPI(fake.EC2URL(), "us-east-1", md, func(eo *ec2.Options) {
+		eo.Retryer, eo.HTTPClient = ec2pkg.NewRetryer(retry), fewConns(4)
+	})
 	n.w = &ec2pkg.Warmer{Mgr: n.mgr, API: api, MD: md, Host: nopHost{}, Cfg: o.Warm, Out: io.Discard, Now: now, Spread: true}
 	n.add = provider.EC2{Cfg: n.cfg, Mgr: n.mgr, Full: nodeIMDS{md: md, now: now}, Warm: n, Now: now, Alive: func(int) bool { return true }}
 	return n, nil
@@ -158,26 +174,33 @@ func (f nodeIMDS) RefreshIMDS(ctx context.Context, _ *netconf.Config, mgr *alloc
 	return provider.Refreshed{Added: r.Added, Dropped: r.Dropped, InstanceID: r.Instance.ID}, nil
 }
 
+// fewConns is an HTTP client with at most n connections to a host.
+func fewConns(n int) *awshttp.BuildableClient {
+	return awshttp.NewBuildableClient().WithTimeout(20 * time.Second).WithTransportOptions(func(t *http.Transport) {
+		t.MaxConnsPerHost, t.MaxIdleConnsPerHost = n, n
+	})
+}
+
 // scaledStore is the node's store, whose waiters wait on virtual time: an
 // ADD sleeps until its next look (a recheck, a cooldown's or a pause's
 // end), computed on the virtual clock.
 type scaledStore struct {
 	*allocfake.Store
-	c *vclock
+	real func(time.Duration) time.Duration
 }
 
 func (s scaledStore) Watch() (alloc.Watcher, error) {
 	w, err := s.Store.Watch()
-	return scaledWatcher{Watcher: w, c: s.c}, err
+	return scaledWatcher{Watcher: w, real: s.real}, err
 }
 
 type scaledWatcher struct {
 	alloc.Watcher
-	c *vclock
+	real func(time.Duration) time.Duration
 }
 
 func (w scaledWatcher) Wait(ctx context.Context, d time.Duration) (bool, error) {
-	return w.Watcher.Wait(ctx, max(w.c.real(d), time.Millisecond))
+	return w.Watcher.Wait(ctx, max(w.real(d), time.Millisecond))
 }
 
 // nopHost is the node's kernel side, left out: links appear at once.
