@@ -53,3 +53,17 @@ func (s *Server) flushChanges() {
 		}
 	}
 }
+
+// Current is ENI id as it is now, as a Change: its Seq is the newest any
+// hook has been or will be given, so a follower that starts from it (a link
+// that appears, a node that joins) can ignore older Changes still on
+// their way. ok is false for an ENI that does not exist.
+func (s *Server) Current(id string) (c Change, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.enis[id]
+	if e == nil {
+		return Change{}, false
+	}
+	return Change{Seq: s.changeSeq, ENI: s.snapshotLocked(e)}, true
+}

@@ -97,10 +97,10 @@ func (s *Server) assignLocked(e *eni, r assignRequest) ([]netip.Addr, []netip.Pr
 	var pfx []netip.Prefix
 	fail := func(err error) ([]netip.Addr, []netip.Prefix, error) {
 		for _, a := range ips {
-			delete(sn.ips, a)
+			sn.releaseIP(a)
 		}
 		for _, p := range pfx {
-			delete(sn.prefixes, p)
+			sn.releasePrefix(p)
 		}
 		return nil, nil, err
 	}
@@ -154,10 +154,10 @@ func (s *Server) unassignLocked(e *eni, ips []netip.Addr, pfx []netip.Prefix) er
 	}
 	sn := s.subnets[e.subnetID]
 	for _, a := range ips {
-		delete(sn.ips, a)
+		sn.releaseIP(a)
 	}
 	for _, p := range pfx {
-		delete(sn.prefixes, p)
+		sn.releasePrefix(p)
 	}
 	e.secondaries = slices.DeleteFunc(e.secondaries, func(a netip.Addr) bool { return slices.Contains(ips, a) })
 	e.prefixes = slices.DeleteFunc(e.prefixes, func(p netip.Prefix) bool { return slices.Contains(pfx, p) })
@@ -290,10 +290,10 @@ func (s *Server) deleteENILocked(e *eni) error {
 	}
 	sn := s.subnets[e.subnetID]
 	for _, a := range e.privateIPs() {
-		delete(sn.ips, a)
+		sn.releaseIP(a)
 	}
 	for _, p := range e.prefixes {
-		delete(sn.prefixes, p)
+		sn.releasePrefix(p)
 	}
 	delete(s.enis, e.id)
 	delete(s.macs, e.mac)

@@ -130,6 +130,9 @@ func TestOnChangeFollowsEC2(t *testing.T) {
 		NetworkInterfaceId: aws.String(e.ID), SecondaryPrivateIpAddressCount: aws.Int32(2)}); err != nil {
 		t.Fatal(err)
 	}
+	if cur, ok := srv.Current(e.ID); !ok || len(cur.ENI.SecondaryIPs) != 3 || cur.Seq != 4 {
+		t.Errorf("Current after four changes: %+v %t", cur, ok)
+	}
 	if err := srv.DetachENI(e.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -147,6 +150,9 @@ func TestOnChangeFollowsEC2(t *testing.T) {
 			t.Errorf("change %d: %+v", i, c)
 		}
 	}
+	if _, ok := srv.Current(e.ID); ok {
+		t.Error("Current of a deleted ENI")
+	}
 	if last := got[5]; !last.Deleted {
 		t.Errorf("last change %+v, want deleted", last)
 	}
@@ -155,5 +161,31 @@ func TestOnChangeFollowsEC2(t *testing.T) {
 	}
 	if d := got[4].ENI; d.DeviceIndex != -1 {
 		t.Errorf("after the detach: %+v", d)
+	}
+}
+
+// BenchmarkWorldOfAThousand launches 1000 instances in one /16, each with
+// a second ENI and 5 secondary addresses on both: what issue 20's world
+// costs before any call.
+func BenchmarkWorldOfAThousand(b *testing.B) {
+	for b.Loop() {
+		srv, err := New(Config{InstanceType: "t3.medium", VPCCIDRs: []string{"10.0.0.0/16"}, Subnets: []SubnetConfig{{CIDR: "10.0.0.0/16"}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := 0; i < 1000; i++ {
+			in := srv.Instances()[0]
+			if i > 0 {
+				if in, err = srv.AddInstance(InstanceConfig{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if _, err := srv.SeedIPs(in.PrimaryENI().ID, 5); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := in.SeedENI(ENISpec{SecondaryIPCount: 5}); err != nil {
+				b.Fatal(err)
+			}
+		}
 	}
 }

@@ -128,16 +128,18 @@ func (f *Fabric) dropsOf(port string) (int, error) {
 
 // PortCounters is one ENI's source check.
 type PortCounters struct {
-	ENI        string `json:"eni"`
-	Instance   string `json:"instance,omitempty"`
-	Port       string `json:"port"`
-	Dropped    int    `json:"dropped"`
-	Unplugged  bool   `json:"unplugged,omitempty"` // detached or deleted: Dropped is what it had
-	passedFrom map[netip.Prefix]int
+	ENI       string `json:"eni"`
+	Instance  string `json:"instance,omitempty"`
+	Port      string `json:"port"`
+	Dropped   int    `json:"dropped"`
+	Unplugged bool   `json:"unplugged,omitempty"` // detached or deleted: Dropped is what it had
+	// PassedFrom is how many packets of each of the ENI's sources the
+	// check let through.
+	PassedFrom map[netip.Prefix]int `json:"-"`
 }
 
 // Passed is how many packets with source a the check let through.
-func (c PortCounters) Passed(a netip.Addr) int { return c.passedFrom[netip.PrefixFrom(a, 32)] }
+func (c PortCounters) Passed(a netip.Addr) int { return c.PassedFrom[netip.PrefixFrom(a, 32)] }
 
 // Counters is every drop the fabric counted.
 type Counters struct {
@@ -176,10 +178,10 @@ func (f *Fabric) Counters() (Counters, error) {
 	defer f.mu.Unlock()
 	var out Counters
 	for id, p := range f.ports {
-		pc := PortCounters{ENI: id, Instance: p.instance, Port: p.name, Dropped: f.gone[id], passedFrom: map[netip.Prefix]int{}}
+		pc := PortCounters{ENI: id, Instance: p.instance, Port: p.name, Dropped: f.gone[id], PassedFrom: map[netip.Prefix]int{}}
 		if cc := raw[CheckChain(p.name)]; cc != nil {
 			pc.Dropped += cc.dropped
-			pc.passedFrom = cc.passed
+			pc.PassedFrom = cc.passed
 		}
 		out.Ports = append(out.Ports, pc)
 	}

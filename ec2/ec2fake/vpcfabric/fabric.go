@@ -66,6 +66,7 @@ type Fabric struct {
 	errs     []error
 	portSeq  int
 	internet bool
+	closed   bool
 }
 
 // node is an instance whose ENIs have links on a network namespace.
@@ -132,10 +133,14 @@ func (f *Fabric) unreachableVPC() error {
 
 // Close forgets the nodes and drops the links the fabric made (each veth
 // goes with its router end); rules and routes go with the caller's
-// namespaces.
+// namespaces. Call it before they go; a second call does nothing.
 func (f *Fabric) Close() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.closed {
+		return
+	}
+	f.closed = true
 	for id, p := range f.ports {
 		if p.made {
 			if l, err := f.rh.LinkByName(p.name); err == nil {
@@ -197,7 +202,11 @@ func (f *Fabric) AddNode(instanceID, nsPath string) error {
 	n := &node{nsPath: nsPath, ns: nsh, h: h}
 	f.nodes[instanceID] = n
 	for _, e := range in.ENIs() {
-		if err := f.plugLocked(n, e); err != nil {
+		cur, ok := f.currentLocked(e.ID)
+		if !ok || cur.InstanceID != instanceID {
+			continue
+		}
+		if err := f.plugLocked(n, cur); err != nil {
 			return fmt.Errorf("add node %s: %w", instanceID, err)
 		}
 	}
@@ -213,12 +222,12 @@ func (f *Fabric) AddNode(instanceID, nsPath string) error {
 // never deleted by the fabric. The ENI's instance gets no public mapping:
 // MapPublic gives one.
 func (f *Fabric) Adopt(eniID, routerEnd string) error {
-	e, ok := f.srv.ENI(eniID)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e, ok := f.currentLocked(eniID)
 	if !ok {
 		return fmt.Errorf("adopt %s: no such ENI", eniID)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	if _, dup := f.ports[eniID]; dup {
 		return fmt.Errorf("adopt %s: it has a port", eniID)
 	}
@@ -240,7 +249,7 @@ func (f *Fabric) MapPublic(a netip.Addr) error {
 func (f *Fabric) change(c ec2fake.Change) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if prev, ok := f.latest[c.ENI.ID]; ok && prev.Seq >= c.Seq {
+	if prev, ok := f.latest[c.ENI.ID]; f.closed || ok && prev.Seq >= c.Seq {
 		return
 	}
 	f.latest[c.ENI.ID] = c
@@ -260,21 +269,38 @@ func (f *Fabric) change(c ec2fake.Change) {
 }
 
 // linkAppeared makes the link of an ENI the fake attached (an OnLink
-// hook), if its instance is on the fabric and it is still attached.
-func (f *Fabric) linkAppeared(e ec2fake.ENI) {
+// hook), if its instance is on the fabric and it is still attached. The
+// hook may run before the Change of the attach reached change, so it
+// starts from the ENI as it is now.
+func (f *Fabric) linkAppeared(appeared ec2fake.ENI) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if c, ok := f.latest[e.ID]; ok {
-		if c.Deleted || c.ENI.AttachmentID != e.AttachmentID {
-			return
-		}
-		e = c.ENI
+	if f.closed {
+		return
+	}
+	e, ok := f.currentLocked(appeared.ID)
+	if !ok || e.AttachmentID != appeared.AttachmentID || f.ports[e.ID] != nil {
+		return
 	}
 	n := f.nodes[e.InstanceID]
-	if n == nil || f.ports[e.ID] != nil {
+	if n == nil {
 		return
 	}
 	if err := f.plugLocked(n, e); err != nil {
 		f.failLocked(err)
 	}
+}
+
+// currentLocked is ENI id as it is now; from here on change ignores the
+// Changes older than this state (still on their way to it).
+func (f *Fabric) currentLocked(id string) (ec2fake.ENI, bool) {
+	cur, ok := f.srv.Current(id)
+	if !ok {
+		return ec2fake.ENI{}, false
+	}
+	if prev, seen := f.latest[id]; seen && prev.Seq > cur.Seq {
+		return prev.ENI, !prev.Deleted
+	}
+	f.latest[id] = cur
+	return cur.ENI, true
 }

@@ -4,15 +4,19 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/containernetworking/plugins/pkg/testutils"
 )
 
 func TestRunServesAndDescribes(t *testing.T) {
@@ -187,5 +191,78 @@ func TestRunServesInstances(t *testing.T) {
 	resp.Body.Close()
 	if string(id) != "i-0000000000000a002" {
 		t.Errorf("the second instance's IMDS says %q", id)
+	}
+}
+
+// TestRunWorldOnFabric: two nodes on the VPC fabric from the command line
+// (root): each node's primary link is up with its address, the nodes reach
+// each other and the internet through the router, and the description
+// carries the instances and the drop counters, which a spoofed source
+// moves.
+func TestRunWorldOnFabric(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (network namespaces)")
+	}
+	nss := map[string]string{}
+	for _, n := range []string{"router", "internet", "n1", "n2"} {
+		x, err := testutils.NewNS()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { x.Close(); _ = testutils.UnmountNS(x) })
+		nss[n] = x.Path()
+	}
+	dir := t.TempDir()
+	describe := filepath.Join(dir, "world.json")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	pr, pw := io.Pipe()
+	go func() {
+		done <- run(ctx, []string{"--vpc-cidr", "10.94.0.0/16", "--subnet-cidr", "10.94.0.0/20", "--describe", describe,
+			"--instance", "id=i-0000000000000a001,ip=10.94.0.10,netns=" + nss["n1"],
+			"--instance", "id=i-0000000000000a002,ip=10.94.0.11,type=m5.large,netns=" + nss["n2"] + ",env-file=" + filepath.Join(dir, "n2.env"),
+			"--router-netns", nss["router"], "--internet-netns", nss["internet"]}, pw, io.Discard)
+		pw.Close()
+	}()
+	sc := bufio.NewScanner(pr)
+	if !sc.Scan() {
+		t.Fatalf("run printed nothing: %v", <-done)
+	}
+	go io.Copy(io.Discard, pr)
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	ping := func(nsPath string, args ...string) error {
+		out, err := exec.Command("nsenter", append([]string{"--net=" + nsPath, "--", "ping", "-c1", "-W2"}, args...)...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%w: %s", err, out)
+		}
+		return nil
+	}
+	for _, c := range [][]string{{nss["n1"], "10.94.0.11"}, {nss["n2"], "10.94.0.10"}, {nss["n1"], "198.51.100.10"}, {nss["n2"], "-M", "do", "-s", "8972", "10.94.0.10"}} {
+		if err := ping(c[0], c[1:]...); err != nil {
+			t.Errorf("ping %v from %s: %v", c[1:], c[0], err)
+		}
+	}
+	d := readDescription(t, describe)
+	if len(d.Instances) != 2 || d.Instances[1].PrimaryIP != "10.94.0.11" || d.Fabric == nil || d.Fabric.InternetHost != "198.51.100.10" || len(d.Fabric.Counters.Ports) != 2 {
+		t.Fatalf("description: instances %+v fabric %+v", d.Instances, d.Fabric)
+	}
+	// node1 sends with node2's address: dropped at node1's ENI, counted.
+	if out, err := exec.Command("ip", "-n", filepath.Base(nss["n1"]), "addr", "add", "10.94.0.11/32", "dev", "lo").CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	if err := ping(nss["n1"], "-I", "10.94.0.11", "198.51.100.10"); err == nil {
+		t.Error("a spoofed ping got through")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for d = readDescription(t, describe); d.Fabric.Dropped != 1 && time.Now().Before(deadline); d = readDescription(t, describe) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if d.Fabric.Dropped != 1 || d.Fabric.Counters.Ports[0].Dropped != 1 || d.Fabric.Error != "" {
+		t.Errorf("after a spoofed ping: fabric %+v", d.Fabric)
 	}
 }

@@ -1,0 +1,166 @@
+package vpcfabric
+
+import (
+	"encoding/xml"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/vishvananda/netlink"
+
+	"github.com/eni-cni/eni-cni/ec2/ec2fake"
+)
+
+func newNS(t *testing.T) string {
+	t.Helper()
+	n, err := testutils.NewNS()
+	if err != nil {
+		t.Fatalf("create network namespace: %v", err)
+	}
+	t.Cleanup(func() { n.Close(); _ = testutils.UnmountNS(n) })
+	return n.Path()
+}
+
+// call makes one EC2 Query API call and returns the reply's body.
+func call(t *testing.T, srv *ec2fake.Server, action string, kv ...string) []byte {
+	t.Helper()
+	form := url.Values{"Action": {action}, "Version": {"2016-11-15"}}
+	for i := 0; i+1 < len(kv); i += 2 {
+		form.Set(kv[i], kv[i+1])
+	}
+	client := &http.Client{Transport: &http.Transport{Proxy: nil}}
+	resp, err := client.PostForm(srv.EC2URL(), form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s: %s", action, b)
+	}
+	return b
+}
+
+// routed is what the router delivers to the port of ENI id.
+func routed(t *testing.T, f *Fabric, id string) []string {
+	t.Helper()
+	f.mu.Lock()
+	p := f.ports[id]
+	f.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	l, err := f.rh.LinkByName(p.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := f.rh.RouteList(l, netlink.FAMILY_V4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, r := range rs {
+		if r.Dst != nil {
+			out = append(out, r.Dst.String())
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestFollowsTheAPI: an ENI created, attached, given addresses, losing one,
+// detached and deleted through the EC2 API gets its link on the node when
+// the fake says it appears, and the router routes exactly its addresses at
+// each reply; after the detach the link is gone.
+func TestFollowsTheAPI(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (network namespaces)")
+	}
+	srv, err := ec2fake.New(ec2fake.Config{InstanceType: "t3.medium", VPCCIDRs: []string{"10.95.0.0/16"},
+		Subnets: []ec2fake.SubnetConfig{{CIDR: "10.95.0.0/20"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	second, err := srv.AddInstance(ec2fake.InstanceConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := New(srv, Config{Router: newNS(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	node := newNS(t)
+	if err := f.AddNode(second.ID(), node); err != nil {
+		t.Fatal(err)
+	}
+	primary := second.PrimaryENI()
+	if got := routed(t, f, primary.ID); !slices.Equal(got, []string{primary.PrimaryIP + "/32"}) {
+		t.Errorf("primary ENI routed %v", got)
+	}
+
+	var created struct {
+		ENI struct {
+			ID        string `xml:"networkInterfaceId"`
+			PrimaryIP string `xml:"privateIpAddress"`
+		} `xml:"networkInterface"`
+	}
+	if err := xml.Unmarshal(call(t, srv, "CreateNetworkInterface", "SubnetId", primary.SubnetID), &created); err != nil {
+		t.Fatal(err)
+	}
+	id := created.ENI.ID
+	call(t, srv, "AttachNetworkInterface", "NetworkInterfaceId", id, "InstanceId", second.ID(), "DeviceIndex", "1")
+	waitLink(t, f, node, "ens6", true)
+	call(t, srv, "AssignPrivateIpAddresses", "NetworkInterfaceId", id, "PrivateIpAddress.1", "10.95.1.10", "PrivateIpAddress.2", "10.95.1.11")
+	if got := routed(t, f, id); !slices.Equal(got, []string{created.ENI.PrimaryIP + "/32", "10.95.1.10/32", "10.95.1.11/32"}) {
+		t.Errorf("after the assign: routed %v", got)
+	}
+	call(t, srv, "UnassignPrivateIpAddresses", "NetworkInterfaceId", id, "PrivateIpAddress.1", "10.95.1.10")
+	if got := routed(t, f, id); !slices.Equal(got, []string{created.ENI.PrimaryIP + "/32", "10.95.1.11/32"}) {
+		t.Errorf("after the unassign: routed %v", got)
+	}
+	e, _ := srv.ENI(id)
+	call(t, srv, "DetachNetworkInterface", "AttachmentId", e.AttachmentID)
+	if got := routed(t, f, id); got != nil {
+		t.Errorf("after the detach: routed %v", got)
+	}
+	waitLink(t, f, node, "ens6", false)
+	call(t, srv, "DeleteNetworkInterface", "NetworkInterfaceId", id)
+	c, err := f.Counters()
+	if err != nil || c.Dropped() != 0 || len(c.Ports) != 2 {
+		t.Errorf("counters %+v %v; want the primary's port and the detached one's, nothing dropped", c, err)
+	}
+	if err := f.Err(); err != nil {
+		t.Error(err)
+	}
+}
+
+func waitLink(t *testing.T, f *Fabric, nsPath, name string, want bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var have bool
+		_ = ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
+			_, err := netlink.LinkByName(name)
+			have = err == nil
+			return nil
+		})
+		if have == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("link %s on the node: present %t, want %t (fabric errors: %v)", name, have, want, f.Err())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
