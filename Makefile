@@ -7,7 +7,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 # Where scripts/install-test-deps.sh puts reference plugins, crictl, etc.
 export ENI_CNI_TOOLS ?= /opt/eni-cni-test
 
-.PHONY: build demo test test-unit test-privileged test-e2e test-kubelet test-daemonset test-kubeadm test-cluster deps-kubeadm test-conformance deps-conformance deps lint bench install uninstall image clean stress fuzz
+.PHONY: build demo test test-unit test-privileged test-e2e test-kubelet test-daemonset test-kubeadm test-cluster deps-kubeadm test-conformance deps-conformance deps lint bench fleet install uninstall image clean stress fuzz
 
 # The shipped binary is the lean build (CNI verbs without grpc and the AWS
 # SDK) with the full build embedded for gc, warm and IMDS reads (seam_lean.go).
@@ -115,6 +115,12 @@ test: deps lint build
 STRESS_DURATION ?= 10m
 stress: build
 	ENI_CNI_BIN=$(CURDIR)/$(BIN) ENI_CNI_STRESS=$(STRESS_DURATION) $(GO) test -count=1 -p 1 -timeout 0 -run '^TestStress$$' -v ./integration/
+
+# A scale-up of FLEET_NODES nodes x 30 pods against one account's EC2 token
+# buckets: the real warm and ADD code on compressed time (ec2/fleet,
+# docs/scale.md). No root needed. FLEET_FLAGS e.g. -scale 10.
+fleet:
+	$(GO) run ./scripts/fleet -nodes $(or $(FLEET_NODES),1000) $(FLEET_FLAGS)
 
 # eni-cni vs ptp+host-local in throwaway namespaces; table on stdout and in docs/BENCHMARKS.md, details in _out/bench/. Root. BENCH_FLAGS=-quick for a short run.
 # BENCH_FLAGS='-only kubelet' runs only the kubelet burst (a real kubelet + containerd; builds kubelet once).

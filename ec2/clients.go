@@ -69,8 +69,8 @@ func metadataOptions(endpoint string, timeout time.Duration, opts []MetadataOpti
 	return o
 }
 
-// NewAPI returns an EC2 client with adaptive retry (throttling makes it
-// slow down, not fail at once) and a bound on each call. Credentials come
+// NewAPI returns an EC2 client that waits out throttling with jittered
+// exponential back-off (NewRetryer) and bounds each call. Credentials come
 // from the environment if set, else from the instance role through IMDS.
 func NewAPI(endpoint, region string, md *imds.Client, optFns ...func(*ec2.Options)) *ec2.Client {
 	if endpoint == "" {
@@ -84,12 +84,7 @@ func NewAPI(endpoint, region string, md *imds.Client, optFns ...func(*ec2.Option
 		Region:      region,
 		Credentials: aws.NewCredentialsCache(creds),
 		HTTPClient:  awshttp.NewBuildableClient().WithTimeout(20 * time.Second),
-		Retryer: retry.NewAdaptiveMode(func(o *retry.AdaptiveModeOptions) {
-			o.StandardOptions = append(o.StandardOptions, func(so *retry.StandardOptions) {
-				so.MaxAttempts = 6
-				so.MaxBackoff = 5 * time.Second
-			})
-		}),
+		Retryer:     NewRetryer(DefaultBackoff),
 	}
 	if endpoint != "" {
 		opts.BaseEndpoint = aws.String(endpoint)

@@ -103,7 +103,8 @@ func (w *Warmer) dropPending(ctx context.Context, token string) error {
 
 // sweepLeaks deletes available ENIs tagged with this instance's ID that
 // are older than leakAge. It runs when a pending record has no ENI ID (the
-// Create reply was lost or not saved) and once per boot, at most once per
+// Create reply was lost or not saved) and once per boot (in the node's
+// window of the hour when spreading, spread.go), at most once per
 // sweepEvery. A pending record without ID is dropped once a sweep has
 // found nothing younger than leakAge that could still be it.
 //
@@ -119,19 +120,20 @@ func (w *Warmer) sweepLeaks(ctx context.Context, v *view) error {
 	}
 	src, now := v.src, w.now()
 	unknown := slices.ContainsFunc(src.Pending, func(p section.PendingENI) bool { return p.ID == "" })
-	if (!unknown && src.SweptBoot == w.Mgr.BootID) || !section.Elapsed(now, src.LastSweep, sweepEvery) || src.InstanceID == "" {
+	if (!unknown && (src.SweptBoot == w.Mgr.BootID || !w.sweepWindow(src))) || !section.Elapsed(now, src.LastSweep, sweepEvery) || src.InstanceID == "" {
 		return nil
 	}
-	out, err := w.API.DescribeNetworkInterfaces(ctx, &ec2.DescribeNetworkInterfacesInput{Filters: []types.Filter{
+	var leaked []types.NetworkInterface
+	err := describeENIs(ctx, w.API, &ec2.DescribeNetworkInterfacesInput{Filters: []types.Filter{
 		{Name: aws.String("tag:" + TagInstanceID), Values: []string{src.InstanceID}},
 		{Name: aws.String("status"), Values: []string{string(types.NetworkInterfaceStatusAvailable)}},
-	}})
+	}}, func(ni *types.NetworkInterface) error { leaked = append(leaked, *ni); return nil })
 	if err != nil {
 		return fmt.Errorf("look for leaked ENIs of %s: %w", src.InstanceID, err)
 	}
 	young := false
 	var errs []error
-	for _, ni := range out.NetworkInterfaces {
+	for _, ni := range leaked {
 		id := aws.ToString(ni.NetworkInterfaceId)
 		// A tag more than leakAge in the future is from before the
 		// clock went back, not from a pass still on its way to attach.

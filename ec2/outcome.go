@@ -47,6 +47,12 @@ func (w *Warmer) recordOutcome(ctx context.Context, short bool, passErr error) e
 			return false, nil
 		}
 		src := sectionOf(st)
+		if o.Result == section.PassThrottled {
+			o.Streak = 1
+			if lp := src.LastPass; lp != nil && lp.Result == section.PassThrottled {
+				o.Streak = lp.Streak + 1
+			}
+		}
 		src.LastPass, src.PassStartedAt, src.PassPID, saved = &o, time.Time{}, 0, true
 		return true, nil
 	})

@@ -90,7 +90,7 @@ func (w *Warmer) describeReason(src *section.EC2, d section.Drift) string {
 		return "an ENI creation did not finish"
 	case !d.Empty() && d.Key() != src.Drift:
 		return "IMDS disagrees with the store: " + d.String()
-	case section.Elapsed(w.now(), src.LastDescribe, describeEvery):
+	case w.hourlyDue(src):
 		return reasonHourly
 	}
 	return ""

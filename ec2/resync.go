@@ -90,23 +90,23 @@ func (w *Warmer) describeAttached(ctx context.Context, src *section.EC2) (map[st
 		Filters: []types.Filter{{Name: aws.String("attachment.instance-id"), Values: []string{src.InstanceID}}},
 	}
 	truth := map[string]attached{}
-	for {
-		out, err := w.API.DescribeNetworkInterfaces(ctx, in)
+	var failed error // attachedFrom's, not the call's
+	err := describeENIs(ctx, w.API, in, func(ni *types.NetworkInterface) error {
+		a, err := w.attachedFrom(ctx, ni, src)
 		if err != nil {
-			return nil, fmt.Errorf("describe ENIs of %s: %w", src.InstanceID, err)
+			failed = err
+			return err
 		}
-		for i := range out.NetworkInterfaces {
-			a, err := w.attachedFrom(ctx, &out.NetworkInterfaces[i], src)
-			if err != nil {
-				return nil, err
-			}
-			truth[a.state.ID] = a
-		}
-		if aws.ToString(out.NextToken) == "" {
-			return truth, nil
-		}
-		in.NextToken = out.NextToken
+		truth[a.state.ID] = a
+		return nil
+	})
+	switch {
+	case failed != nil:
+		return nil, failed
+	case err != nil:
+		return nil, fmt.Errorf("describe ENIs of %s: %w", src.InstanceID, err)
 	}
+	return truth, nil
 }
 
 func (w *Warmer) attachedFrom(ctx context.Context, ni *types.NetworkInterface, src *section.EC2) (attached, error) {

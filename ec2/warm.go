@@ -69,6 +69,10 @@ type Warmer struct {
 	Out  io.Writer
 	Log  *slog.Logger // optional; warnings also go here
 	Now  func() time.Time
+	// Spread makes the hourly check and the once-a-boot leak sweep in
+	// this node's own window of the hour instead of an hour after the
+	// last and at boot (spread.go); WarmPass sets it.
+	Spread bool
 
 	// A pass creates the ENIs a burst needs concurrently (eni.go), so
 	// what the pass shares is guarded. storeMu serializes the pass's own

@@ -197,19 +197,46 @@ func TestDryPoolADDWaitsForWarm(t *testing.T) {
 	}
 }
 
-// TestDryPoolWarmFailureFailsWaiters: a warm pass that EC2 throttles or
-// that IAM denies makes the waiting ADD fail, within its wait, with code 11
-// and that reason; nothing is left allocated or demanded.
+// TestDryPoolLaunchTemplateAddressesServeAtOnce: on a fresh node whose
+// launch template assigned /28 prefixes to its primary ENI, the first ADDs
+// take addresses IMDS lists, without waiting for a warm pass or any EC2
+// call: a node of a fleet scaled by hundreds serves its pods as a warm one.
+func TestDryPoolLaunchTemplateAddressesServeAtOnce(t *testing.T) {
+	n := newDryNode(t, "m5.xlarge", `,"prefixDelegation":true`)
+	if err := n.fake.Instances()[0].LaunchTemplate(0, 1); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := n.plugin()
+	for _, cid := range []string{"a", "b", "c"} {
+		if _, err := p.add(context.Background(), att(cid)); err != nil {
+			t.Fatalf("ADD %s: %v", cid, err)
+		}
+	}
+	n.wg.Wait()
+	if s := n.starts.Load(); s != 0 {
+		t.Errorf("ADDs started %d warm passes, want none", s)
+	}
+	if c := n.fake.Calls(); len(c) != 0 {
+		t.Errorf("EC2 calls %v, want none", c)
+	}
+}
+
+// TestDryPoolWarmFailureFailsWaiters: a warm pass that IAM denies makes
+// the waiting ADD fail, within its wait, with code 11 and that reason; a
+// throttled one does not fail it before its wait is up (EC2's buckets
+// refill: ec2/provider.throttledPause), and then it says so; nothing is
+// left allocated or demanded.
 func TestDryPoolWarmFailureFailsWaiters(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		fault func(*ec2fake.Server)
-		want  string
+		name     string
+		fault    func(*ec2fake.Server)
+		want     string
+		waitsOut bool
 	}{
-		{"throttled", func(f *ec2fake.Server) { f.Throttle(ec2fake.AllActions, 1000) }, "throttled by EC2"},
+		{"throttled", func(f *ec2fake.Server) { f.Throttle(ec2fake.AllActions, 1000) }, "throttled by EC2", true},
 		{"IAM denied", func(f *ec2fake.Server) {
 			f.InjectFault("AssignPrivateIpAddresses", ec2fake.Fault{Code: "UnauthorizedOperation", Message: "You are not authorized to perform this operation."})
-		}, "denied by IAM"},
+		}, "denied by IAM", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newDryNode(t, "t3.medium", `,"addWaitSeconds":20`)
@@ -224,9 +251,27 @@ func TestDryPoolWarmFailureFailsWaiters(t *testing.T) {
 				t.Errorf("error %d %q, want 11 saying %q", ce.Code, ce.Msg, tc.want)
 			}
 			t.Logf("failed after %s: %v", time.Since(start).Round(time.Millisecond), err)
+			if took := time.Since(start); tc.waitsOut != (took >= 20*time.Second) {
+				t.Errorf("failed after %s; want the wait (20s) waited out: %v", took, tc.waitsOut)
+			}
 			st := n.state()
 			if len(st.Allocations) != 0 || len(st.Demands) != 0 || len(w.wired) != 0 {
 				t.Errorf("left %d allocations, demands %+v, wiring %v", len(st.Allocations), st.Demands, w.wired)
+			}
+			if tc.waitsOut {
+				// The passes it started came after growing pauses, not
+				// one after another: 1-2 s, 2-4, 4-8, 8-16 fit in 20 s.
+				if starts := n.starts.Load(); starts > 5 {
+					t.Errorf("the ADD started %d passes in its 20 s, want at most 5 (paused after each throttled one)", starts)
+				}
+				// An ADD right after is not failed at once either.
+				p2, _ := n.plugin()
+				ctx, cancel := context.WithTimeout(context.Background(), 800*time.Millisecond)
+				defer cancel()
+				if _, err := p2.add(ctx, att("y")); err == nil || strings.Contains(err.Error(), tc.want) {
+					t.Errorf("ADD after the throttled pass: %v, want it still waiting at its context's end", err)
+				}
+				return
 			}
 			// A second ADD right after fails at once with the same reason
 			// rather than starting another pass into the same wall.

@@ -123,6 +123,10 @@ func (s *Server) serveEC2(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	fault, lat := s.takeFaultLocked(action)
 	prof := s.profileDelayLocked(action)
+	if fault == nil && !s.admitLocked(action, r.Form) {
+		// EC2 refuses a throttled call before doing any of its work.
+		fault, prof = &Fault{Code: "RequestLimitExceeded", Message: "Request limit exceeded.", HTTPStatus: statusFor("RequestLimitExceeded")}, 0
+	}
 	s.mu.Unlock()
 	sleepCtx(r.Context(), max(s.cfg.EC2BaseLatency, prof)+lat)
 	if fault != nil {

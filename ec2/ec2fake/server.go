@@ -65,6 +65,10 @@ type Config struct {
 	// Latency makes the fake take as long as EC2 and the instance do (see
 	// RealisticLatency); nil answers at once.
 	Latency *Latency
+	// Throttling rate-limits the EC2 API as the account's token buckets
+	// do (AccountThrottling); nil never throttles. SetThrottling changes
+	// it later.
+	Throttling *Throttling
 }
 
 // defaultEC2BaseLatency is the EC2 reply delay when Config leaves it zero.
@@ -126,6 +130,7 @@ type Server struct {
 	changeHooks []func(Change)
 	changeSeq   uint64
 	changes     []Change // noted, not yet given to changeHooks
+	throttle    *throttle
 
 	lmu     sync.Mutex
 	servers []*http.Server
@@ -155,6 +160,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.self = self
+	s.SetThrottling(cfg.Throttling)
 	return s, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -34,8 +35,13 @@ const (
 	passStall = 60 * time.Second
 	// failFresh: after a warm pass failed this recently, an ADD on a dry
 	// pool fails at once with its reason instead of starting another pass
-	// into the same wall (a denied role, a full subnet, throttling).
+	// into the same wall (a denied role, a full subnet). Not after a
+	// throttled pass: see throttledPause.
 	failFresh = 10 * time.Second
+	// throttledBase and throttledCap bound the pause between a throttled
+	// pass and the next one started for the ADDs waiting on it.
+	throttledBase = 2 * time.Second
+	throttledCap  = 30 * time.Second
 )
 
 // imdsLockName is held by the one ADD reading IMDS on a dry pool.
@@ -234,10 +240,12 @@ func (s EC2) look(st *alloc.State, req alloc.Request, allocErr error, first, rec
 		return step{fail: fmt.Errorf("%w; %s", cause, s.timedOut(sec, start, res))}, true
 	}
 	i := st.FindDemand(req.Key)
-	if first && sec.InstanceID != "" && st.Waiting(now) == 0 && !res.lookedIMDS {
-		// Addresses assigned by something else show in IMDS first. Not on
-		// a node warm never described (its pass discovers the instance
-		// anyway), nor when ADDs already wait (one of them looked).
+	if first && st.Waiting(now) == 0 && !res.lookedIMDS {
+		// Addresses assigned by something else show in IMDS first: by
+		// the launch template on a node warm never described (its first
+		// pod is then served without waiting for a pass and its EC2
+		// calls), or since the last pass. Not when ADDs already wait (one
+		// of them looked).
 		return step{imds: true}, false
 	}
 	var recorded *alloc.Demand
@@ -251,7 +259,7 @@ func (s EC2) look(st *alloc.State, req alloc.Request, allocErr error, first, rec
 		st.Demands = append(st.Demands, d)
 		i, changed, recorded = len(st.Demands)-1, true, &d
 	}
-	out := step{next: nextLook(st, now, until), recorded: recorded}
+	out := step{next: nextLook(st, sec, now, until), recorded: recorded}
 	// At the hard limit (waiting for a cooldown to end) warm cannot help.
 	if s.Warm != nil && !sec.AtHardLimit(s.Cfg.Warm.MaxENIs) && needTrigger(st, sec, now, s.passAlive(sec)) {
 		// A start that did not become a pass is not asked of systemd
@@ -280,6 +288,8 @@ func (s EC2) hopeless(st *alloc.State, sec *section.EC2, now, start, until time.
 	future := lp.At.After(now)
 	ended := lp.At.After(start) && !future
 	switch {
+	case lp.Result == section.PassThrottled:
+		return "" // waited out: see throttledPause
 	case lp.Failed() && (ended || (first && !future && now.Sub(lp.At) < failFresh)):
 		return fmt.Sprintf("the warm pass of %s failed (%s); eni-cni warm retries on its timer", lp.At.Local().Format(time.TimeOnly), lp.Describe())
 	case lp.Result == section.PassInstanceLimit && ended && !coolingEndsBy(st, now, until):
@@ -312,6 +322,9 @@ func (s EC2) timedOut(sec *section.EC2, start time.Time, res waitResult) string 
 		msg += "; starting it failed: " + res.err.Error()
 	}
 	if lp := sec.LastPass; lp != nil && lp.At.After(start) {
+		if lp.Failed() {
+			return msg + "; its last pass ended " + lp.Describe()
+		}
 		return msg + "; its last pass ended " + lp.Describe() + " but left no address for this pod (other pods took them)"
 	}
 	if sec.PassPID > 0 && !sec.PassStartedAt.IsZero() {
@@ -333,6 +346,8 @@ func (s EC2) timedOut(sec *section.EC2, start time.Time, res waitResult) string 
 func needTrigger(st *alloc.State, sec *section.EC2, now time.Time, alive func(pid int) bool) bool {
 	last := lastTrigger(st, now)
 	switch {
+	case pausing(sec, now):
+		return false
 	case last.IsZero():
 		return true
 	case sec.LastPass != nil && sec.LastPass.At.After(last):
@@ -373,12 +388,48 @@ func coolingEndsBy(st *alloc.State, now, t time.Time) bool {
 	return false
 }
 
+// A throttled pass fails none of the ADDs waiting on it: EC2 throttles
+// per account, its buckets refill within seconds, and a failed ADD comes
+// back from kubelet to start the next pass at once, into the same empty
+// bucket, with every other node doing the same. The ADDs wait out their
+// own time instead, and the next pass for them starts after a pause that
+// doubles with each throttled pass in a row (throttledBase to
+// throttledCap), drawn from its upper half by the instance's ID so that a
+// fleet throttled together comes back spread.
+func throttledPause(sec *section.EC2) time.Duration {
+	lp := sec.LastPass
+	if lp == nil || lp.Result != section.PassThrottled {
+		return 0
+	}
+	d := throttledCap
+	if n := max(lp.Streak, 1); n < 8 {
+		d = min(throttledCap, throttledBase<<(n-1))
+	}
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%s/%d", sec.InstanceID, lp.Streak)
+	return d/2 + time.Duration(uint64(h.Sum32())%uint64(d/2+1))
+}
+
+// pausing reports whether the pause after a throttled pass still runs at
+// now. An outcome stamped after now is from before a backward step of the
+// wall clock: no pause.
+func pausing(sec *section.EC2, now time.Time) bool {
+	lp := sec.LastPass
+	return lp != nil && !lp.At.After(now) && now.Before(lp.At.Add(throttledPause(sec)))
+}
+
 // nextLook is when to look again without a wake-up: the end of a cooldown
-// (nothing is written when one ends), the safety recheck or the deadline.
-func nextLook(st *alloc.State, now, until time.Time) time.Time {
+// (nothing is written when one ends) or of the pause after a throttled
+// pass, the safety recheck or the deadline.
+func nextLook(st *alloc.State, sec *section.EC2, now, until time.Time) time.Time {
 	next := now.Add(recheckEvery)
 	if until.Before(next) {
 		next = until
+	}
+	if pausing(sec, now) {
+		if end := sec.LastPass.At.Add(throttledPause(sec)); end.Before(next) {
+			next = end
+		}
 	}
 	for _, c := range st.Cooling {
 		if c.Until.After(now) && c.Until.Before(next) {

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,12 +41,54 @@ func TestNeedTrigger(t *testing.T) {
 		{"a died pass before the last start", []alloc.Demand{demand(-time.Second)}, section.EC2{PassStartedAt: now.Add(-2 * time.Second), PassPID: 666}, false},
 		{"a pass ended since", []alloc.Demand{demand(-3 * time.Second)}, section.EC2{LastPass: &section.PassOutcome{At: now.Add(-time.Second)}}, true},
 		{"the pass ended before the start", []alloc.Demand{demand(-1 * time.Second)}, section.EC2{LastPass: &section.PassOutcome{At: now.Add(-2 * time.Second)}}, false},
+		{"a throttled pass ended since, its pause runs", []alloc.Demand{demand(-3 * time.Second)}, section.EC2{LastPass: &section.PassOutcome{At: now.Add(-time.Second), Result: section.PassThrottled, Streak: 1}}, false},
+		{"a throttled pass ended since, its pause is over", []alloc.Demand{demand(-9 * time.Second)}, section.EC2{LastPass: &section.PassOutcome{At: now.Add(-4 * time.Second), Result: section.PassThrottled, Streak: 2}}, true},
 		{"the starter's demand expired", []alloc.Demand{{Key: k("a"), Until: now.Add(-time.Second), TriggeredAt: now.Add(-2 * time.Second)}, demand(0)}, section.EC2{}, true},
 	} {
 		st := &alloc.State{Demands: tc.ds}
 		if got := needTrigger(st, &tc.src, now, func(pid int) bool { return pid != 666 }); got != tc.want {
 			t.Errorf("%s: needTrigger = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestThrottledPassFailsNoWaiter: a throttled pass fails neither the ADDs
+// that waited on it nor one arriving right after, however often it
+// repeats; the next pass for them starts after a pause that doubles with
+// each throttled pass in a row, spread over nodes by instance ID. A denied
+// pass still fails them at once.
+func TestThrottledPassFailsNoWaiter(t *testing.T) {
+	now := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	start, until := now.Add(-10*time.Second), now.Add(15*time.Second)
+	s := EC2{Cfg: &netconf.Config{}}
+	for streak := 1; streak <= 10; streak++ {
+		sec := &section.EC2{InstanceID: "i-0abc", LastPass: &section.PassOutcome{At: now.Add(-time.Second), Result: section.PassThrottled, Streak: streak}}
+		for _, first := range []bool{true, false} {
+			if why := s.hopeless(&alloc.State{}, sec, now, start, until, first); why != "" {
+				t.Errorf("streak %d, first %v: failed: %s", streak, first, why)
+			}
+		}
+		d := min(throttledCap, throttledBase<<(streak-1))
+		if p := throttledPause(sec); p < d/2 || p > d {
+			t.Errorf("streak %d: pause %s, want in [%s, %s]", streak, p, d/2, d)
+		}
+	}
+	spread := map[time.Duration]bool{}
+	for i := range 20 {
+		sec := &section.EC2{InstanceID: fmt.Sprintf("i-%04d", i), LastPass: &section.PassOutcome{Result: section.PassThrottled, Streak: 3}}
+		spread[throttledPause(sec)] = true
+	}
+	if len(spread) < 10 {
+		t.Errorf("20 nodes throttled together pause %d distinct times", len(spread))
+	}
+	denied := &section.EC2{LastPass: &section.PassOutcome{At: now.Add(-time.Second), Result: section.PassDenied}}
+	if s.hopeless(&alloc.State{}, denied, now, start, until, false) == "" {
+		t.Error("a denied pass did not fail its waiter")
+	}
+	st := &alloc.State{}
+	sec := &section.EC2{InstanceID: "i-0abc", LastPass: &section.PassOutcome{At: now.Add(-time.Second), Result: section.PassThrottled, Streak: 1}}
+	if next := nextLook(st, sec, now, until); !next.Equal(now.Add(-time.Second).Add(throttledPause(sec))) {
+		t.Errorf("next look at %s, want the pause's end", next.Sub(now))
 	}
 }
 

@@ -39,6 +39,9 @@ type PassOutcome struct {
 	At      time.Time `json:"at"`
 	Result  string    `json:"result"`
 	Message string    `json:"message,omitempty"`
+	// Streak counts the throttled passes in a row that end with this one
+	// (0 for any other result): the pause before the next grows with it.
+	Streak int `json:"streak,omitempty"`
 }
 
 // Failed reports whether the pass could not do its work for a reason that

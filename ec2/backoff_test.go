@@ -1,0 +1,76 @@
+package ec2
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+
+	"github.com/eni-cni/eni-cni/ec2/ec2fake"
+	"github.com/eni-cni/eni-cni/ec2/section"
+)
+
+// TestBackoffDelays: the wait after a throttle doubles from Base up to
+// Cap and is drawn from the upper half of it, never shorter (a retry
+// storm) nor longer.
+func TestBackoffDelays(t *testing.T) {
+	b := DefaultBackoff
+	for _, tc := range []struct {
+		attempt int
+		want    time.Duration
+	}{{1, time.Second}, {2, 2 * time.Second}, {3, 4 * time.Second}, {5, 16 * time.Second}, {6, 20 * time.Second}, {60, 20 * time.Second}} {
+		lo, hi := b.delay(tc.attempt, func() float64 { return 0 }), b.delay(tc.attempt, func() float64 { return 0.999999 })
+		if lo != tc.want/2 || hi < tc.want*99/100 || hi > tc.want {
+			t.Errorf("attempt %d: waits %v..%v, want %v..%v", tc.attempt, lo, hi, tc.want/2, tc.want)
+		}
+	}
+	r := NewRetryer(b)
+	if d, _ := r.RetryDelay(3, throttleErr()); d < 2*time.Second || d > 4*time.Second {
+		t.Errorf("the retryer waits %v after a third throttle, want 2-4 s", d)
+	}
+	if r.MaxAttempts() != throttleAttempts {
+		t.Errorf("max attempts %d, want %d", r.MaxAttempts(), throttleAttempts)
+	}
+}
+
+// TestThrottledCallsWaitForTheBucket: twelve nodes' Assign calls against
+// an account bucket of 2 tokens refilled 10 a second all get through,
+// each retried after a back-off instead of at once.
+func TestThrottledCallsWaitForTheBucket(t *testing.T) {
+	th := ec2fake.Throttling{Buckets: map[string]ec2fake.Bucket{"AssignPrivateIpAddresses": {Size: 2, Refill: 10}}}
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge", Throttling: &th}, section.WarmConfig{})
+	eni := e.fake.PrimaryENI().ID
+	fast := Backoff{Base: 100 * time.Millisecond, Cap: 400 * time.Millisecond}
+	api := NewAPI(e.fake.URL(), "us-east-1", NewMetadataClient(e.fake.URL()), func(o *ec2.Options) { o.Retryer = NewRetryer(fast) })
+	const n = 12
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	start := time.Now()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = api.AssignPrivateIpAddresses(context.Background(), &ec2.AssignPrivateIpAddressesInput{
+				NetworkInterfaceId: aws.String(eni), SecondaryPrivateIpAddressCount: aws.Int32(1),
+			})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("call %d: %v", i, err)
+		}
+	}
+	throttled := e.fake.Throttled()["AssignPrivateIpAddresses"]
+	if took := time.Since(start); took < 900*time.Millisecond {
+		t.Errorf("%d calls through a bucket of 2 refilled 10/s took %v, want ≥ 1 s", n, took)
+	}
+	// Retried at once, 10 waiting callers would meet the empty bucket
+	// hundreds of times a second; backed off, each a few times.
+	if throttled == 0 || throttled > 4*n {
+		t.Errorf("%d throttled attempts for %d calls, want some and at most %d", throttled, n, 4*n)
+	}
+}

@@ -1,0 +1,36 @@
+package ec2
+
+import (
+	"context"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+)
+
+// describePage is the page size of every DescribeNetworkInterfaces warm
+// makes. EC2 rate-limits an unfiltered, unpaginated one with a bucket of
+// its own, half the size of the Describe bucket; warm always filters, and
+// always paginates, so that no call of its lands there and no reply grows
+// with the account's ENIs.
+const describePage = 100
+
+// describeENIs calls fn with every ENI in's filters match, page by page.
+func describeENIs(ctx context.Context, api API, in *ec2.DescribeNetworkInterfacesInput, fn func(*types.NetworkInterface) error) error {
+	in.MaxResults, in.NextToken = aws.Int32(describePage), nil
+	for {
+		out, err := api.DescribeNetworkInterfaces(ctx, in)
+		if err != nil {
+			return err
+		}
+		for i := range out.NetworkInterfaces {
+			if err := fn(&out.NetworkInterfaces[i]); err != nil {
+				return err
+			}
+		}
+		if aws.ToString(out.NextToken) == "" {
+			return nil
+		}
+		in.NextToken = out.NextToken
+	}
+}

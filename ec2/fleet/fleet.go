@@ -1,0 +1,240 @@
+// Package fleet simulates a fleet of eni-cni nodes scaling up against one
+// EC2 account: N instances of one ec2fake world, whose EC2 API throttles
+// with the account's token buckets, each node running the real warm pass
+// (ec2.Warmer) and the real ADD side of a dry pool (provider.EC2.Allocate)
+// for its pods, in one process on compressed time. Only the node's kernel
+// side (links, routes) is left out: its HostENI does nothing.
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/eni-cni/eni-cni/ec2/ec2fake"
+	"github.com/eni-cni/eni-cni/ec2/section"
+)
+
+// Options is one scale-up.
+type Options struct {
+	Nodes        int     // instances launched at once
+	PodsPerNode  int     // pods each receives the moment it is up
+	InstanceType string  // default m5.xlarge
+	Scale        float64 // virtual seconds per real second (time compression)
+	Warm         section.WarmConfig
+	// LaunchSecondaries and LaunchPrefixes are what the launch template
+	// assigns to each node's primary ENI before it boots.
+	LaunchSecondaries, LaunchPrefixes int
+	AddWait                           time.Duration // each ADD's wait (addWaitSeconds), virtual
+	Retry                             time.Duration // kubelet's wait before it retries a failed ADD, virtual
+	Timeout                           time.Duration // give up on the run after this much virtual time
+}
+
+// Report is what a scale-up did.
+type Report struct {
+	Opts       Options
+	Last       time.Duration   // until the last pod of the last node had an address
+	NodeDone   []time.Duration // per node, until its last pod had one
+	Calls      map[string]int  // EC2 calls by action, throttled ones included
+	Throttled  map[string]int
+	Bound      time.Duration // what the buckets need for the calls that got through
+	BoundOf    string        // the bucket that sets it
+	Unserved   int           // pods without an address when the run gave up
+	AddFailed  map[string]int
+	PassErrors int
+	Model      string        // set when the report is of a model, not of eni-cni's code
+	Real       time.Duration // the run's wall time
+}
+
+// Mutations counts the calls that changed the account.
+func (r Report) Mutations() int {
+	n := 0
+	for a, c := range r.Calls {
+		if !strings.HasPrefix(a, "Describe") {
+			n += c - r.Throttled[a]
+		}
+	}
+	return n
+}
+
+// Percentile of the nodes' times.
+func (r Report) Percentile(p float64) time.Duration {
+	if len(r.NodeDone) == 0 {
+		return 0
+	}
+	s := slices.Clone(r.NodeDone)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+// vclock is compressed time: virtual time runs scale times as fast as the
+// machine's, from a fixed origin. One vclock is shared by reference by the
+// world and every node: it starts when the scale-up does.
+type vclock struct {
+	origin, start time.Time
+	scale         float64
+}
+
+func (c *vclock) now() time.Time {
+	return c.origin.Add(time.Duration(float64(time.Since(c.start)) * c.scale))
+}
+
+// real is how long a virtual duration takes.
+func (c *vclock) real(d time.Duration) time.Duration { return time.Duration(float64(d) / c.scale) }
+
+func (c *vclock) sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(c.real(d))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func (o *Options) defaults() {
+	if o.InstanceType == "" {
+		o.InstanceType = "m5.xlarge"
+	}
+	if o.Scale <= 0 {
+		o.Scale = 1
+	}
+	if o.AddWait == 0 {
+		o.AddWait = 25 * time.Second
+	}
+	if o.Retry == 0 {
+		o.Retry = 10 * time.Second
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 30 * time.Minute
+	}
+}
+
+// world is the fake account: one VPC, the buckets on the virtual clock,
+// EC2's reply times compressed.
+func world(o Options, c *vclock) (*ec2fake.Server, error) {
+	lat := ec2fake.RealisticLatency()
+	for a, d := range lat.Calls {
+		lat.Calls[a] = c.real(d)
+	}
+	lat.LinkDelay = c.real(lat.LinkDelay)
+	th := ec2fake.AccountThrottling()
+	return ec2fake.New(ec2fake.Config{
+		InstanceType: o.InstanceType, Clock: c.now, Latency: &lat, Throttling: &th, EC2BaseLatency: -1,
+		VPCCIDRs: []string{"10.0.0.0/16"}, Subnets: []ec2fake.SubnetConfig{{CIDR: "10.0.0.0/16"}},
+	})
+}
+
+// Run launches the nodes, gives each its pods at once, and waits until
+// every pod has an address or the time is up.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	o.defaults()
+	c := &vclock{origin: time.Date(2026, 1, 1, 8, 0, 0, 0, time.UTC), scale: o.Scale}
+	fake, err := world(o, c)
+	if err != nil {
+		return nil, err
+	}
+	if err := fake.Start(); err != nil {
+		return nil, err
+	}
+	defer fake.Close()
+	nodes := make([]*node, o.Nodes)
+	for i := range nodes {
+		if nodes[i], err = launch(fake, o, c, i); err != nil {
+			return nil, err
+		}
+	}
+	fake.ResetCalls()
+	fake.SetThrottling(ptr(ec2fake.AccountThrottling())) // full buckets at the start
+	c.start = time.Now()
+	ctx, cancel := context.WithTimeout(ctx, c.real(o.Timeout))
+	defer cancel()
+	for _, n := range nodes {
+		go n.timer(ctx)
+	}
+	r := &Report{Opts: o, AddFailed: map[string]int{}}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for _, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			done, unserved, failed := n.pods(ctx)
+			mu.Lock()
+			defer mu.Unlock()
+			r.NodeDone = append(r.NodeDone, done)
+			r.Last = max(r.Last, done)
+			r.Unserved += unserved
+			for k, v := range failed {
+				r.AddFailed[k] += v
+			}
+		}()
+	}
+	wg.Wait()
+	cancel()
+	r.Calls, r.Throttled = fake.Calls(), fake.Throttled()
+	served := map[string]int{}
+	for a, n := range r.Calls {
+		served[a] = n - r.Throttled[a]
+	}
+	r.Bound, r.BoundOf = ec2fake.AccountThrottling().Drain(served)
+	for _, n := range nodes {
+		r.PassErrors += n.passErrors()
+	}
+	return r, nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// Table renders reports side by side.
+func Table(rs []*Report) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-34s %6s %9s %9s %9s %9s %9s %9s %10s %8s %8s\n", "configuration", "nodes", "last pod", "bound", "p50 node", "p99 node", "max node", "mutating", "throttled", "ADD fail", "unserved")
+	for _, r := range rs {
+		th := 0
+		for _, n := range r.Throttled {
+			th += n
+		}
+		fails := 0
+		for _, n := range r.AddFailed {
+			fails += n
+		}
+		fmt.Fprintf(&b, "%-34s %6d %8.0fs %8.0fs %8.0fs %8.0fs %8.0fs %9d %10d %8d %8d\n", name(r), r.Opts.Nodes,
+			r.Last.Seconds(), r.Bound.Seconds(), r.Percentile(0.5).Seconds(), r.Percentile(0.99).Seconds(), r.Percentile(1).Seconds(),
+			r.Mutations(), th, fails, r.Unserved)
+	}
+	for _, r := range rs {
+		fmt.Fprintf(&b, "\n%s: calls (throttled) by action:", name(r))
+		actions := make([]string, 0, len(r.Calls))
+		for a := range r.Calls {
+			actions = append(actions, a)
+		}
+		sort.Strings(actions)
+		for _, a := range actions {
+			fmt.Fprintf(&b, " %s %d (%d);", a, r.Calls[a], r.Throttled[a])
+		}
+		for why, n := range r.AddFailed {
+			fmt.Fprintf(&b, "\n  %d ADDs failed: %s", n, why)
+		}
+		fmt.Fprintln(&b)
+	}
+	return b.String()
+}
+
+func name(r *Report) string {
+	if r.Model != "" {
+		return r.Model
+	}
+	o := r.Opts
+	s := "secondary addresses"
+	if o.Warm.PrefixDelegation {
+		s = "prefix delegation"
+	}
+	if o.LaunchSecondaries+o.LaunchPrefixes > 0 {
+		s = fmt.Sprintf("launch template (%d addrs, %d /28)", o.LaunchSecondaries, o.LaunchPrefixes)
+	}
+	return s
+}

@@ -1,0 +1,212 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"sync"
+	"time"
+
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+
+	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/alloc/allocfake"
+	ec2pkg "github.com/eni-cni/eni-cni/ec2"
+	"github.com/eni-cni/eni-cni/ec2/ec2fake"
+	"github.com/eni-cni/eni-cni/ec2/provider"
+	"github.com/eni-cni/eni-cni/ec2/section"
+	"github.com/eni-cni/eni-cni/netconf"
+)
+
+// node is one instance: its store, its warm pass and its pods' ADDs.
+type node struct {
+	o     Options
+	clock *vclock
+	cfg   *netconf.Config
+	mgr   *alloc.Manager
+	w     *ec2pkg.Warmer
+	add   provider.EC2
+	busy  sync.Mutex // warm.lock: one pass at a time
+	mu    sync.Mutex
+	errs  int
+}
+
+// launch adds the node's instance to the world, with its own IMDS.
+func launch(fake *ec2fake.Server, o Options, c *vclock, i int) (*node, error) {
+	n, err := launchOn(fake, o, c.now, c.real, i)
+	if n != nil {
+		n.clock = c
+	}
+	return n, err
+}
+
+// launchOn is launch on any clock: now is virtual time, real how long a
+// virtual duration takes.
+func launchOn(fake *ec2fake.Server, o Options, now func() time.Time, real func(time.Duration) time.Duration, i int) (*node, error) {
+	inst, err := fake.AddInstance(ec2fake.InstanceConfig{ID: fmt.Sprintf("i-%017x", 0x0f1ee7000+i)})
+	if err != nil {
+		return nil, err
+	}
+	if o.LaunchSecondaries+o.LaunchPrefixes > 0 {
+		if err := inst.LaunchTemplate(o.LaunchSecondaries, o.LaunchPrefixes); err != nil {
+			return nil, err
+		}
+	}
+	imdsURL, err := inst.StartIMDS("127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	n := &node{o: o}
+	n.mgr = &alloc.Manager{Store: scaledStore{Store: allocfake.NewStore(), real: real}, Pool: alloc.StoredPool{}, BootID: "boot", Cooldown: 30 * time.Second, Now: now}
+	n.cfg = &netconf.Config{Network: "pods", Provider: netconf.EC2, IMDSEndpoint: imdsURL, EC2Endpoint: fake.EC2URL(), AddWait: o.AddWait, Warm: o.Warm}
+	// A few connections per node and client: a thousand nodes in one
+	// process would otherwise open one per concurrent request, on both
+	// ends, past the process's file limit.
+	md := ec2pkg.NewMetadataClient(imdsURL, func(io *imds.Options) { io.HTTPClient = fewConns(2) })
+	retry := ec2pkg.Backoff{Base: real(ec2pkg.DefaultBackoff.Base), Cap: real(ec2pkg.DefaultBackoff.Cap)}
+	api := ec2pkg.NewAPI(fake.EC2URL(), "us-east-1", md, func(eo *ec2.Options) {
+		eo.Retryer, eo.HTTPClient = ec2pkg.NewRetryer(retry), fewConns(4)
+	})
+	n.w = &ec2pkg.Warmer{Mgr: n.mgr, API: api, MD: md, Host: nopHost{}, Cfg: o.Warm, Out: io.Discard, Now: now, Spread: true}
+	n.add = provider.EC2{Cfg: n.cfg, Mgr: n.mgr, Full: nodeIMDS{md: md, now: now}, Warm: n, Now: now, Alive: func(int) bool { return true }}
+	return n, nil
+}
+
+// StartWarm is the node's WarmStarter: a pass of its own, skipped when one
+// runs (warm.lock).
+func (n *node) StartWarm(ctx context.Context, _ *netconf.Config, _ bool) (string, error) {
+	go n.pass(context.WithoutCancel(ctx))
+	return "fleet", nil
+}
+
+func (n *node) pass(ctx context.Context) {
+	if !n.busy.TryLock() {
+		return
+	}
+	defer n.busy.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, n.clock.real(ec2pkg.WarmTimeout))
+	defer cancel()
+	if err := n.w.Run(ctx); err != nil {
+		n.mu.Lock()
+		n.errs++
+		n.mu.Unlock()
+	}
+}
+
+func (n *node) passErrors() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.errs
+}
+
+// timer is eni-cni-warm.timer: a pass 10 s after boot, then every 30 s.
+func (n *node) timer(ctx context.Context) {
+	n.clock.sleep(ctx, 10*time.Second)
+	for ctx.Err() == nil {
+		n.pass(ctx)
+		n.clock.sleep(ctx, 30*time.Second)
+	}
+}
+
+// pods runs the node's pods' ADDs at once, each retried as kubelet does
+// after a failure, and returns when the last had an address.
+func (n *node) pods(ctx context.Context) (last time.Duration, unserved int, failed map[string]int) {
+	failed = map[string]int{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range n.o.PodsPerNode {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := alloc.Key{Network: "pods", ContainerID: fmt.Sprintf("pod-%d", i), IfName: "eth0"}
+			for {
+				_, _, _, _, err := n.add.Allocate(ctx, alloc.Request{Key: key})
+				mu.Lock()
+				if err == nil {
+					last = max(last, n.clock.now().Sub(n.clock.origin))
+					mu.Unlock()
+					return
+				}
+				if ctx.Err() != nil {
+					unserved++
+					mu.Unlock()
+					return
+				}
+				failed[reason(err)]++
+				mu.Unlock()
+				n.clock.sleep(ctx, n.o.Retry)
+			}
+		}()
+	}
+	wg.Wait()
+	return last, unserved, failed
+}
+
+var varying = regexp.MustCompile(`[0-9a-f]{8,}|\d+(\.\d+)?(ms|s|m)?|pod-\d+`)
+
+// reason is an ADD's error without what varies between pods and nodes.
+func reason(err error) string {
+	s := varying.ReplaceAllString(err.Error(), "#")
+	if len(s) > 160 {
+		s = s[:160] + "…"
+	}
+	return s
+}
+
+// nodeIMDS is ec2.InProcess with one IMDS client per node: a real ADD is
+// a process whose client goes with it, while a client per ADD in this one
+// process would keep every idle connection open.
+type nodeIMDS struct {
+	ec2pkg.InProcess
+	md  *imds.Client
+	now func() time.Time
+}
+
+func (f nodeIMDS) RefreshIMDS(ctx context.Context, _ *netconf.Config, mgr *alloc.Manager) (provider.Refreshed, error) {
+	r, err := ec2pkg.Refresh(ctx, mgr, f.md, f.now())
+	if err != nil {
+		return provider.Refreshed{}, err
+	}
+	return provider.Refreshed{Added: r.Added, Dropped: r.Dropped, InstanceID: r.Instance.ID}, nil
+}
+
+// fewConns is an HTTP client with at most n connections to a host.
+func fewConns(n int) *awshttp.BuildableClient {
+	return awshttp.NewBuildableClient().WithTimeout(20 * time.Second).WithTransportOptions(func(t *http.Transport) {
+		t.MaxConnsPerHost, t.MaxIdleConnsPerHost = n, n
+	})
+}
+
+// scaledStore is the node's store, whose waiters wait on virtual time: an
+// ADD sleeps until its next look (a recheck, a cooldown's or a pause's
+// end), computed on the virtual clock.
+type scaledStore struct {
+	*allocfake.Store
+	real func(time.Duration) time.Duration
+}
+
+func (s scaledStore) Watch() (alloc.Watcher, error) {
+	w, err := s.Store.Watch()
+	return scaledWatcher{Watcher: w, real: s.real}, err
+}
+
+type scaledWatcher struct {
+	alloc.Watcher
+	real func(time.Duration) time.Duration
+}
+
+func (w scaledWatcher) Wait(ctx context.Context, d time.Duration) (bool, error) {
+	return w.Watcher.Wait(ctx, max(w.real(d), time.Millisecond))
+}
+
+// nopHost is the node's kernel side, left out: links appear at once.
+type nopHost struct{}
+
+func (nopHost) SetupENI(context.Context, section.ENI) error { return nil }
+func (nopHost) Reassert(context.Context, []section.ENI, []alloc.Allocation) (ec2pkg.HostReport, error) {
+	return ec2pkg.HostReport{}, nil
+}
