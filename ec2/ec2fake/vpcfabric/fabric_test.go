@@ -29,6 +29,26 @@ func newNS(t *testing.T) string {
 	return n.Path()
 }
 
+// newWorld starts a fake world (one VPC, one subnet) and adds the
+// instance the tests put on the fabric.
+func newWorld(t *testing.T) (*ec2fake.Server, *ec2fake.Instance) {
+	t.Helper()
+	srv, err := ec2fake.New(ec2fake.Config{InstanceType: "t3.medium", VPCCIDRs: []string{"10.95.0.0/16"},
+		Subnets: []ec2fake.SubnetConfig{{CIDR: "10.95.0.0/20"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	inst, err := srv.AddInstance(ec2fake.InstanceConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, inst
+}
+
 // call makes one EC2 Query API call and returns the reply's body.
 func call(t *testing.T, srv *ec2fake.Server, action string, kv ...string) []byte {
 	t.Helper()
@@ -84,19 +104,7 @@ func TestFollowsTheAPI(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces)")
 	}
-	srv, err := ec2fake.New(ec2fake.Config{InstanceType: "t3.medium", VPCCIDRs: []string{"10.95.0.0/16"},
-		Subnets: []ec2fake.SubnetConfig{{CIDR: "10.95.0.0/20"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	second, err := srv.AddInstance(ec2fake.InstanceConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, second := newWorld(t)
 	f, err := New(srv, Config{Router: newNS(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -176,19 +184,7 @@ func TestCheckFailsClosed(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces)")
 	}
-	srv, err := ec2fake.New(ec2fake.Config{InstanceType: "t3.medium", VPCCIDRs: []string{"10.95.0.0/16"},
-		Subnets: []ec2fake.SubnetConfig{{CIDR: "10.95.0.0/20"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	inst, err := srv.AddInstance(ec2fake.InstanceConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, inst := newWorld(t)
 	router := newNS(t)
 	f, err := New(srv, Config{Router: router})
 	if err != nil {
