@@ -174,7 +174,7 @@ on() {
 	local n=$1 aws=()
 	shift
 	[ ! -s "$CLUSTER_RUN/node-$n.aws.env" ] || mapfile -t aws < <(sed -n 's/^export //p' "$CLUSTER_RUN/node-$n.aws.env")
-	nsenter -t "${KEEPER[node$n]}" -m -n -- env "${aws[@]}" PATH="${NODE_RUN[$n]:-/nonexistent}/bin:$PATH" \
+	nsenter -t "${KEEPER[node$n]}" -m -n -u -- env "${aws[@]}" PATH="${NODE_RUN[$n]:-/nonexistent}/bin:$PATH" \
 		HOME="${NODE_RUN[$n]:-/nonexistent}/home" KUBECONFIG=/etc/kubernetes/admin.conf "$@"
 }
 # node_verb N VERB: this script's node side, on node N.
@@ -637,7 +637,13 @@ check_src_dst_check_drops_zero() {
 # ------------------------------------------------------------------ cases
 
 T0=$EPOCHREALTIME
-for n in $(seq "$NODES"); do keeper "node$n" --mount --net; done
+# Each node its own UTS namespace too, named as its kubelet: a hostNetwork
+# pod answers with its node's hostname (the conformance spec "service
+# endpoints using hostNetwork" expects the node names, not this machine's).
+for n in $(seq "$NODES"); do
+	keeper "node$n" --mount --net --uts
+	nsenter -t "${KEEPER[node$n]}" -u -- hostname "eni-node-$n"
+done
 world_start
 # kubelet's maxPods: what the instance type's ENIs hold, as the quick start says.
 MAX_PODS=$(on 1 "$ENI_BIN" max-pods) && [[ $MAX_PODS =~ ^[0-9]+$ ]] || fail "eni-cni max-pods: $MAX_PODS"
