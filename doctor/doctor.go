@@ -1,6 +1,6 @@
 // Package doctor owns `eni-cni doctor`: checks of a node for what breaks
 // pod networking (IMDS, IAM, other network managers, udev, sysctls,
-// iptables, the NodePort marking, the CRI runtime, the store against the kernel, the timers,
+// iptables, the NodePort marking, SNAT and its INVALID drop, the CRI runtime, the store against the kernel, the timers,
 // kubelet's maxPods). Each check is a small function over the inputs in
 // Env (a root directory for files, the /proc of the network namespace,
 // endpoints, listings), so tests give it a temporary tree and fakes.
@@ -95,6 +95,9 @@ type Env struct {
 	// NodePort lists what the node lacks of the primary ENI's connection
 	// marking (connmark.Check), the ENI named by its MAC.
 	NodePort func(primaryMAC string) ([]string, error)
+	// SNAT lists what the node lacks of the SNAT the ec2 store calls for
+	// (snat.Check); nil when the network does not SNAT.
+	SNAT func(src *section.EC2) ([]string, error)
 	// UnitActive asks systemd whether a unit is active; nil when systemd
 	// is not running (units are then judged by being enabled).
 	UnitActive func(unit string) bool
@@ -125,6 +128,7 @@ func Run(ctx context.Context, e *Env) []Result {
 	out = append(out, checkRPFilter(e, src))
 	out = append(out, checkForward(e))
 	out = append(out, checkNodePort(e, src))
+	out = append(out, checkSNAT(e, src))
 	out = append(out, checkCRI(ctx, e))
 	out = append(out, checkWiring(e, st)...)
 	out = append(out, checkTimers(e)...)

@@ -193,6 +193,20 @@ func TestSysctls(t *testing.T) {
 	want(t, checkRPFilter(e, &section.EC2{ENIs: src.ENIs[:1]}), Skip, "no secondary")
 }
 
+func TestSNAT(t *testing.T) {
+	e := ec2Env(t.TempDir())
+	want(t, checkSNAT(e, src), Skip, "snat is off")
+	e.SNAT = func(*section.EC2) ([]string, error) { return nil, nil }
+	want(t, checkSNAT(e, nil), Skip, "no ec2 store")
+	want(t, checkSNAT(e, src), OK, "INVALID pod packets are dropped")
+	e.SNAT = func(*section.EC2) ([]string, error) {
+		return []string{"iptables filter chain ENI-CNI-SNAT (the drop of conntrack-INVALID pod traffic SNAT cannot rewrite)"}, nil
+	}
+	want(t, checkSNAT(e, src), Fail, "lacks iptables filter chain ENI-CNI-SNAT")
+	e.SNAT = func(*section.EC2) ([]string, error) { return nil, errors.New("iptables: not found") }
+	want(t, checkSNAT(e, src), Skip, "not found")
+}
+
 func TestNodePort(t *testing.T) {
 	e := ec2Env(t.TempDir())
 	want(t, checkNodePort(e, nil), Skip, "no ec2 store")
@@ -457,7 +471,7 @@ func TestRunStatic(t *testing.T) {
 		names[r.Name] = r.Status
 	}
 	for _, n := range []string{"store", "imds", "ec2-permissions", "systemd-networkd", "amazon-ec2-net-utils", "NetworkManager",
-		"nm-cloud-setup", "udev-mac-policy", "ip_forward", "rp_filter", "iptables-forward", "nodeport", "cri", "wiring", "foreign-veths", "timer-gc", "kubelet-maxpods"} {
+		"nm-cloud-setup", "udev-mac-policy", "ip_forward", "rp_filter", "iptables-forward", "nodeport", "snat", "cri", "wiring", "foreign-veths", "timer-gc", "kubelet-maxpods"} {
 		if _, ok := names[n]; !ok {
 			t.Errorf("no %s check in %v", n, names)
 		}

@@ -99,6 +99,28 @@ func checkNodePort(e *Env, src *section.EC2) Result {
 	return fail(name, fix, "NodePort, hostPort and load balancers to pods on secondary ENIs time out: the node lacks %s", strings.Join(missing, "; "))
 }
 
+// checkSNAT: without the nat chain pods reach nothing beyond the VPC;
+// without the filter chain's drop, packets conntrack calls INVALID leave
+// with a pod's address and the VPC drops them (a reset upload's segments
+// in flight: docs/ec2.md).
+func checkSNAT(e *Env, src *section.EC2) Result {
+	const name = "snat"
+	if e.SNAT == nil {
+		return skip(name, "snat is off, or iptables cannot be read here")
+	}
+	if _, found := src.PrimaryENI(); !found {
+		return skip(name, "no ec2 store with the primary ENI")
+	}
+	missing, err := e.SNAT(src)
+	if err != nil {
+		return skip(name, "cannot check the SNAT: %v", err)
+	}
+	if len(missing) > 0 {
+		return fail(name, "run `eni-cni warm`; see docs/ec2.md", "pod traffic leaving the VPC leaves with the pod's address, which the VPC drops: the node lacks %s", strings.Join(missing, "; "))
+	}
+	return ok(name, "pod traffic leaving the VPC leaves as the primary ENI's address; conntrack-INVALID pod packets are dropped")
+}
+
 // checkForward: a FORWARD policy of DROP (Docker sets it) drops pod
 // traffic the node routes, unless rules accept it.
 func checkForward(e *Env) Result {

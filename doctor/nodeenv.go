@@ -10,10 +10,13 @@ import (
 
 	"github.com/eni-cni/eni-cni/alloc"
 	eniec2 "github.com/eni-cni/eni-cni/ec2"
+	"github.com/eni-cni/eni-cni/ec2/provider"
+	"github.com/eni-cni/eni-cni/ec2/section"
 	"github.com/eni-cni/eni-cni/gc"
 	"github.com/eni-cni/eni-cni/gc/cri"
 	"github.com/eni-cni/eni-cni/netconf"
 	"github.com/eni-cni/eni-cni/netsetup/connmark"
+	"github.com/eni-cni/eni-cni/netsetup/snat"
 )
 
 // NodeEnv wires the checks to this node: the network of cfg, its store,
@@ -55,6 +58,15 @@ func NodeEnv(cfg *netconf.Config, store alloc.Store, host gc.Host, root, proc, c
 	}
 	e.NodePort = func(mac string) ([]string, error) {
 		return connmark.Check(connmark.Spec{PrimaryMAC: mac, VethPrefix: cfg.VethPrefix})
+	}
+	if cfg.SNAT {
+		e.SNAT = func(src *section.EC2) ([]string, error) {
+			spec, err := provider.SNATSpec(src, cfg.Warm.ExcludeIPs)
+			if err != nil {
+				return nil, err
+			}
+			return snat.Check(spec)
+		}
 	}
 	if fi, err := os.Stat("/run/systemd/system"); err == nil && fi.IsDir() && root == "/" {
 		e.UnitActive = func(unit string) bool {

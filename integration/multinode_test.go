@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 
@@ -259,6 +260,15 @@ func TestMultiNode(t *testing.T) {
 			}
 		}
 	})
+	t.Run("large upload to the internet", func(t *testing.T) {
+		w.upload(t, internetHost)
+	})
+	t.Run("upload the internet cuts short", func(t *testing.T) {
+		w.uploadCut(t, internetHost)
+	})
+	t.Run("conntrack-INVALID from pods does not leave unNATed", func(t *testing.T) {
+		w.invalid(t, internetHost)
+	})
 	if c := w.dropped(t); c.Dropped() != 0 {
 		t.Fatalf("the VPC dropped packets of a healthy cluster: %+v", c)
 	}
@@ -326,4 +336,79 @@ func (w *mnWorld) withoutSNAT(t *testing.T, internetHost netip.Addr) {
 	n.nw.mustWarm(t)
 	expectSeen(t, "primary ENI's pod after warm put the SNAT back", n.onPrimary.pod.path(), to, n.primary)
 	expectSeen(t, "secondary ENI's pod after warm put the SNAT back", n.onSecondary.pod.path(), to, n.primary)
+}
+
+// mnSinkPort is where the internet host takes uploads.
+const mnSinkPort = 8081
+
+// uploadSize is large enough that segments are in flight when path MTU
+// discovery shrinks the pod's 9001 to the internet's 1500: the kubeadm
+// suite saw uploads of more than ~200 kB reset mid-way, the segments
+// conntrack then calls INVALID leaving unNATed with the pod's source.
+const uploadSize = 16 << 20
+
+// upload sends uploadSize bytes from every pod to the internet host, each
+// over one TCP connection, and wants each to arrive whole with nothing
+// dropped at the internet gateway or by the source/destination check.
+func (w *mnWorld) upload(t *testing.T, internetHost netip.Addr) {
+	serveSink(t, w.internet.path(), mnSinkPort)
+	to := netip.AddrPortFrom(internetHost, mnSinkPort)
+	for name, a := range w.pods() {
+		before := w.dropped(t)
+		got, err := uploadTCP(a.pod.path(), to, uploadSize)
+		switch {
+		case err != nil:
+			t.Errorf("%s (%s) uploading %d bytes to the internet: %v", name, a.ip, uploadSize, err)
+		case got != uploadSize:
+			t.Errorf("%s (%s) uploaded %d bytes to the internet, the server got %d", name, a.ip, uploadSize, got)
+		}
+		if after := w.dropped(t); after.Dropped() != before.Dropped() {
+			t.Errorf("%s (%s) uploading to the internet: the VPC dropped %d packets (internet gateway %d, then %d)",
+				name, a.ip, after.Dropped()-before.Dropped(), before.Internet, after.Internet)
+		}
+	}
+}
+
+// uploadCut posts uploadSize bytes from every pod to a web server on the
+// internet host that answers without reading the body: net/http discards
+// up to 256 kB of it and then closes, resetting the connection while the
+// pod's segments are in flight (what the kubeadm cluster suite saw). The
+// post may fail; nothing may leave without SNAT.
+func (w *mnWorld) uploadCut(t *testing.T, internetHost netip.Addr) {
+	serveWeb(t, w.internet.path(), mnWebPort)
+	to := netip.AddrPortFrom(internetHost, mnWebPort)
+	for name, a := range w.pods() {
+		before := w.dropped(t)
+		if err := postFrom(a.pod.path(), to, uploadSize); err != nil {
+			t.Errorf("%s (%s) connecting to the web on the internet: %v", name, a.ip, err)
+		}
+		time.Sleep(100 * time.Millisecond) // segments still in flight
+		if after := w.dropped(t); after.Dropped() != before.Dropped() {
+			t.Errorf("%s (%s) posting %d bytes the server did not read: the VPC dropped %d packets (internet gateway %d, then %d)",
+				name, a.ip, uploadSize, after.Dropped()-before.Dropped(), before.Internet, after.Internet)
+		}
+	}
+}
+
+// mnWebPort is the internet host's web server.
+const mnWebPort = 8082
+
+// invalid sends from every pod a segment conntrack calls INVALID. nat
+// never sees such a packet: without eni-cni's drop it leaves with the
+// pod's address, and the internet gateway (a pod on the primary ENI) or
+// the source/destination check (a pod on a secondary ENI, leaving by the
+// primary) drops it, counted.
+func (w *mnWorld) invalid(t *testing.T, internetHost netip.Addr) {
+	to := netip.AddrPortFrom(internetHost, mnSinkPort)
+	for name, a := range w.pods() {
+		before := w.dropped(t)
+		if err := sendInvalidTCP(a.pod.path(), a.ip, to); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond) // through the node and the router
+		if after := w.dropped(t); after.Dropped() != before.Dropped() {
+			t.Errorf("%s (%s): an INVALID segment to the internet left the node without SNAT: the VPC dropped %d packets (internet gateway %d, then %d)",
+				name, a.ip, after.Dropped()-before.Dropped(), before.Internet, after.Internet)
+		}
+	}
 }

@@ -2,9 +2,14 @@ package integration
 
 import (
 	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
 	"fmt"
+	"io"
 	"maps"
 	"net"
+	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -14,6 +19,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/eni-cni/eni-cni/ec2/ec2fake/vpcfabric"
 )
@@ -187,6 +193,156 @@ func dialTCP(nsPath string, to netip.AddrPort) (string, error) {
 		return err
 	})
 	return strings.TrimSpace(line), err
+}
+
+// serveSink listens on port in the namespace at nsPath, reads each
+// connection to its end and answers with the number of bytes it read.
+func serveSink(t *testing.T, nsPath string, port int) {
+	t.Helper()
+	var l net.Listener
+	err := ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
+		var err error
+		l, err = net.Listen("tcp4", ":"+strconv.Itoa(port))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("listen on %d in %s: %v", port, nsPath, err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(uploadTimeout))
+				n, _ := io.Copy(io.Discard, c)
+				fmt.Fprintf(c, "%d\n", n)
+			}()
+		}
+	}()
+}
+
+// serveWeb runs a web server on port in the namespace at nsPath that
+// answers every request at once without reading its body.
+func serveWeb(t *testing.T, nsPath string, port int) {
+	t.Helper()
+	var l net.Listener
+	err := ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
+		var err error
+		l, err = net.Listen("tcp4", ":"+strconv.Itoa(port))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("listen on %d in %s: %v", port, nsPath, err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })}
+	t.Cleanup(func() { srv.Close() })
+	go srv.Serve(l)
+}
+
+// postFrom posts size bytes from the namespace at nsPath to to; a reset
+// mid-body is the server's right, so its outcome is not returned. The
+// connection is dialed here, on the thread in the namespace: the
+// transport would dial on any thread, in any namespace.
+func postFrom(nsPath string, to netip.AddrPort, size int) error {
+	var c net.Conn
+	err := ns.WithNetNSPath(nsPath, func(ns.NetNS) (err error) {
+		c, err = net.DialTimeout("tcp4", to.String(), 2*time.Second)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	dial := func(context.Context, string, string) (net.Conn, error) { return c, nil }
+	client := &http.Client{Timeout: uploadTimeout, Transport: &http.Transport{DialContext: dial, DisableKeepAlives: true}}
+	resp, err := client.Post("http://"+to.String()+"/", "application/octet-stream", bytes.NewReader(make([]byte, size)))
+	if err == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	c.Close()
+	return nil
+}
+
+// uploadTimeout bounds one upload: megabytes over veths take well under a
+// second; a reset or a stalled connection shows as an error or a timeout.
+const uploadTimeout = 30 * time.Second
+
+// uploadTCP sends size bytes from the namespace at nsPath to a serveSink
+// at to, closes its side and returns the count the server read.
+func uploadTCP(nsPath string, to netip.AddrPort, size int) (int, error) {
+	var got int
+	err := ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
+		c, err := net.DialTimeout("tcp4", to.String(), 2*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(uploadTimeout))
+		if _, err := c.Write(make([]byte, size)); err != nil {
+			return fmt.Errorf("write: %w", err)
+		}
+		if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+			return fmt.Errorf("close write: %w", err)
+		}
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			return fmt.Errorf("read the count: %w", err)
+		}
+		got, err = strconv.Atoi(strings.TrimSpace(line))
+		return err
+	})
+	return got, err
+}
+
+// sendInvalidTCP sends, from the namespace at nsPath, one TCP segment from
+// src to to that conntrack calls INVALID (SYN and FIN together: no
+// connection's), as it calls a segment in flight past the window a reset
+// closed. A raw socket: the kernel adds the IP header, with src.
+func sendInvalidTCP(nsPath string, src netip.Addr, to netip.AddrPort) error {
+	return ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_TCP)
+		if err != nil {
+			return fmt.Errorf("raw socket: %w", err)
+		}
+		defer unix.Close(fd)
+		seg := make([]byte, 20)
+		binary.BigEndian.PutUint16(seg[0:], 40000)
+		binary.BigEndian.PutUint16(seg[2:], to.Port())
+		binary.BigEndian.PutUint32(seg[4:], 1)
+		seg[12] = 5 << 4      // data offset: 5 words, no options
+		seg[13] = 0x02 | 0x01 // SYN|FIN
+		binary.BigEndian.PutUint16(seg[14:], 1024)
+		binary.BigEndian.PutUint16(seg[16:], tcpChecksum(src, to.Addr(), seg))
+		sa := &unix.SockaddrInet4{Addr: to.Addr().As4()}
+		if err := unix.Sendto(fd, seg, 0, sa); err != nil {
+			return fmt.Errorf("send to %s: %w", to, err)
+		}
+		return nil
+	})
+}
+
+// tcpChecksum is the TCP checksum of seg (checksum field zero) with the
+// IPv4 pseudo-header.
+func tcpChecksum(src, dst netip.Addr, seg []byte) uint16 {
+	s, d := src.As4(), dst.As4()
+	pseudo := append(append(append([]byte{}, s[:]...), d[:]...), 0, unix.IPPROTO_TCP, byte(len(seg)>>8), byte(len(seg)))
+	var sum uint32
+	for _, b := range [][]byte{pseudo, seg} {
+		for i := 0; i+1 < len(b); i += 2 {
+			sum += uint32(binary.BigEndian.Uint16(b[i:]))
+		}
+		if len(b)%2 == 1 {
+			sum += uint32(b[len(b)-1]) << 8
+		}
+	}
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	return ^uint16(sum)
 }
 
 // ---------------------------------------------------------------- small helpers

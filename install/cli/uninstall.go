@@ -310,7 +310,7 @@ func snatStep(cfg *netconf.Config) install.Step {
 	case !present:
 		return install.Note("absent iptables nat chain %s", snat.Chain)
 	}
-	return install.Step{Desc: "remove iptables nat chain " + snat.Chain + " and its POSTROUTING jump",
+	return install.Step{Desc: "remove iptables nat chain " + snat.Chain + " and its POSTROUTING jump, and the filter chain of that name (the drop of conntrack-INVALID pod traffic) and its FORWARD jump",
 		Do: func(context.Context) error { _, err := snat.Remove(); return err }}
 }
 

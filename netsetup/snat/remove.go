@@ -6,18 +6,76 @@ import (
 	"github.com/coreos/go-iptables/iptables"
 )
 
-// Present reports whether the nat table has our chain (and so, perhaps,
-// the jump to it): uninstall says what it will remove before it does.
+// Present reports whether the nat or the filter table has our chain (and
+// so, perhaps, the jump to it): uninstall says what it will remove before
+// it does.
 func Present() (bool, error) {
 	ipt, err := iptables.NewWithProtocol(iptables.ProtocolIPv4)
 	if err != nil {
 		return false, fmt.Errorf("iptables: %w", err)
 	}
-	exists, err := ipt.ChainExists("nat", Chain)
-	if err != nil {
-		return false, fmt.Errorf("look for chain %s: %w", Chain, err)
+	for _, tb := range []table{natTable, filterTable} {
+		// Without the chain there is no jump: iptables refuses a jump
+		// to a chain that does not exist.
+		exists, err := ipt.ChainExists(tb.name, Chain)
+		if err != nil {
+			return false, fmt.Errorf("look for chain %s in %s: %w", Chain, tb.name, err)
+		}
+		if exists {
+			return true, nil
+		}
 	}
-	// Without the chain there is no jump: iptables refuses a jump to a
-	// chain that does not exist.
-	return exists, nil
+	return false, nil
+}
+
+// Check lists what the node lacks of s, in words for `eni-cni doctor`
+// (nothing when all is in place). It changes nothing. An error means it
+// could not look, not that something is missing.
+func Check(s Spec) (missing []string, err error) {
+	if err := s.valid(); err != nil {
+		return nil, err
+	}
+	ipt, err := iptables.NewWithProtocol(iptables.ProtocolIPv4)
+	if err != nil {
+		return nil, fmt.Errorf("iptables: %w", err)
+	}
+	for _, c := range []struct {
+		tb   table
+		want [][]string
+		what string
+	}{
+		{natTable, Rules(s), "the SNAT of pod traffic leaving the VPC"},
+		{filterTable, DropRules(s), "the drop of conntrack-INVALID pod traffic SNAT cannot rewrite"},
+	} {
+		m, err := checkTable(ipt, c.tb, c.want, c.what)
+		if err != nil {
+			return nil, err
+		}
+		missing = append(missing, m...)
+	}
+	return missing, nil
+}
+
+func checkTable(ipt *iptables.IPTables, tb table, want [][]string, what string) ([]string, error) {
+	exists, err := ipt.ChainExists(tb.name, Chain)
+	if err != nil {
+		return nil, fmt.Errorf("look for chain %s in %s: %w", Chain, tb.name, err)
+	}
+	if !exists {
+		return []string{fmt.Sprintf("iptables %s chain %s (%s)", tb.name, Chain, what)}, nil
+	}
+	var missing []string
+	have, err := ipt.List(tb.name, Chain)
+	if err != nil {
+		return nil, fmt.Errorf("list chain %s in %s: %w", Chain, tb.name, err)
+	}
+	if !sameRules(have, want) {
+		missing = append(missing, fmt.Sprintf("the pool's rules in %s chain %s (%s)", tb.name, Chain, what))
+	}
+	if ok, err := ipt.Exists(tb.name, tb.hook, tb.jump...); err != nil {
+		return nil, fmt.Errorf("look for the %s jump: %w", tb.hook, err)
+	} else if !ok {
+		missing = append(missing, fmt.Sprintf("the jump to %s from %s %s", Chain, tb.name, tb.hook))
+	}
+	return missing, nil
 }

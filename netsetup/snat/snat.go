@@ -7,6 +7,21 @@
 // addresses eni-cni leaves alone (excludeIPs, ENIs tagged no_manage: a VIP,
 // an address an Elastic IP is bound to), keep their source.
 //
+// Beside the nat chain, a filter chain of the same name, jumped to first
+// from FORWARD, drops the pod packets conntrack calls INVALID that the nat
+// chain would have rewritten: nat never sees an INVALID packet (no
+// connection to bind a mapping to), so such a packet (a segment in flight
+// past the window a reset closed) would leave with the pod's address,
+// which beyond the VPC has no public mapping (the internet gateway drops
+// it) and on a secondary ENI's pod is not the primary ENI's (the
+// source/destination check drops it). The same exclusions as the nat
+// chain: inside the VPC an asymmetric path's packets, INVALID to this
+// node, keep flowing. kube-proxy, Calico and kube-router drop INVALID for
+// the same reason (netfilter bugzilla 693); the global
+// nf_conntrack_tcp_be_liberal would make fewer packets INVALID, but for
+// every connection of the node, and still not those conntrack cannot
+// parse.
+//
 // It shells out to iptables through coreos/go-iptables. `eni-cni warm`
 // runs it every pass; ADD runs it once per boot, when no pass has yet.
 package snat
@@ -57,11 +72,48 @@ func Rules(s Spec) [][]string {
 	return out
 }
 
+const dropComment = "eni-cni: drop conntrack-INVALID pod traffic SNAT cannot rewrite"
+
+// DropRules is what Ensure wants in the filter table's Chain, in order:
+// the nat chain's exclusions, then a drop of INVALID packets from the pod
+// subnets.
+func DropRules(s Spec) [][]string {
+	var out [][]string
+	for _, c := range s.VPCCIDRs {
+		out = append(out, []string{"-d", c.String(), "-m", "comment", "--comment", "eni-cni: VPC, no SNAT", "-j", "RETURN"})
+	}
+	for _, a := range s.NotPods {
+		out = append(out, []string{"-s", netip.PrefixFrom(a, 32).String(), "-m", "comment", "--comment", "eni-cni: not a pod, no SNAT", "-j", "RETURN"})
+	}
+	for _, n := range s.PodNets {
+		out = append(out, []string{"-s", n.Masked().String(), "-m", "conntrack", "--ctstate", "INVALID", "-m", "comment", "--comment", dropComment, "-j", "DROP"})
+	}
+	return out
+}
+
 var jump = []string{"-m", "comment", "--comment", comment, "-j", Chain}
 
+var dropJump = []string{"-m", "comment", "--comment", dropComment, "-j", Chain}
+
+// table is one of the two chains Ensure keeps: its table, the built-in
+// chain that jumps to it and the jump.
+type table struct {
+	name, hook string
+	jump       []string
+	first      bool // jump inserted first, not appended
+}
+
+var (
+	natTable = table{name: "nat", hook: "POSTROUTING", jump: jump}
+	// First in FORWARD: a rule before it that accepts pod traffic
+	// (Docker's, kube-proxy's for established connections) would skip it.
+	filterTable = table{name: "filter", hook: "FORWARD", jump: dropJump, first: true}
+)
+
 // Ensure makes the nat table hold exactly our chain's rules and the jump to
-// it. It is idempotent and cheap when nothing changed (list and compare),
-// and repairs the rules if someone flushed them.
+// it, and the filter table its INVALID drop. It is idempotent and cheap
+// when nothing changed (list and compare), and repairs the rules if
+// someone flushed them.
 func Ensure(s Spec) (changed bool, err error) {
 	if err := s.valid(); err != nil {
 		return false, err
@@ -70,66 +122,90 @@ func Ensure(s Spec) (changed bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("iptables: %w", err)
 	}
-	exists, err := ipt.ChainExists("nat", Chain)
+	// The drop first: SNAT without it lets INVALID packets out unNATed.
+	dropChanged, err := ensureTable(ipt, filterTable, DropRules(s))
 	if err != nil {
-		return false, fmt.Errorf("look for chain %s: %w", Chain, err)
+		return dropChanged, err
+	}
+	natChanged, err := ensureTable(ipt, natTable, Rules(s))
+	return dropChanged || natChanged, err
+}
+
+// ensureTable makes tb's Chain hold exactly want and its hook jump to it.
+func ensureTable(ipt *iptables.IPTables, tb table, want [][]string) (changed bool, err error) {
+	exists, err := ipt.ChainExists(tb.name, Chain)
+	if err != nil {
+		return false, fmt.Errorf("look for chain %s in %s: %w", Chain, tb.name, err)
 	}
 	if !exists {
-		if err := ipt.NewChain("nat", Chain); err != nil {
-			return false, fmt.Errorf("create chain %s: %w", Chain, err)
+		if err := ipt.NewChain(tb.name, Chain); err != nil {
+			return false, fmt.Errorf("create chain %s in %s: %w", Chain, tb.name, err)
 		}
 		changed = true
 	}
-	want := Rules(s)
-	have, err := ipt.List("nat", Chain)
+	have, err := ipt.List(tb.name, Chain)
 	if err != nil {
-		return changed, fmt.Errorf("list chain %s: %w", Chain, err)
+		return changed, fmt.Errorf("list chain %s in %s: %w", Chain, tb.name, err)
 	}
 	if !sameRules(have, want) {
-		if err := ipt.ClearChain("nat", Chain); err != nil {
-			return changed, fmt.Errorf("clear chain %s: %w", Chain, err)
+		if err := ipt.ClearChain(tb.name, Chain); err != nil {
+			return changed, fmt.Errorf("clear chain %s in %s: %w", Chain, tb.name, err)
 		}
 		for _, r := range want {
-			if err := ipt.Append("nat", Chain, r...); err != nil {
-				return true, fmt.Errorf("add rule to %s: %w", Chain, err)
+			if err := ipt.Append(tb.name, Chain, r...); err != nil {
+				return true, fmt.Errorf("add rule to %s in %s: %w", Chain, tb.name, err)
 			}
 		}
 		changed = true
 	}
-	if ok, err := ipt.Exists("nat", "POSTROUTING", jump...); err != nil {
-		return changed, fmt.Errorf("look for the POSTROUTING jump: %w", err)
+	if ok, err := ipt.Exists(tb.name, tb.hook, tb.jump...); err != nil {
+		return changed, fmt.Errorf("look for the %s jump: %w", tb.hook, err)
 	} else if !ok {
-		if err := ipt.Append("nat", "POSTROUTING", jump...); err != nil {
-			return changed, fmt.Errorf("add the POSTROUTING jump: %w", err)
+		add := ipt.Append
+		if tb.first {
+			add = func(table, chain string, rule ...string) error { return ipt.Insert(table, chain, 1, rule...) }
+		}
+		if err := add(tb.name, tb.hook, tb.jump...); err != nil {
+			return changed, fmt.Errorf("add the %s jump: %w", tb.hook, err)
 		}
 		changed = true
 	}
 	return changed, nil
 }
 
-// Remove takes the jump and the chain away (snat turned off). Nothing to
-// remove is no error, and no change.
+// Remove takes the jumps and both chains away (snat turned off). Nothing
+// to remove is no error, and no change.
 func Remove() (changed bool, err error) {
 	ipt, err := iptables.NewWithProtocol(iptables.ProtocolIPv4)
 	if err != nil {
 		return false, fmt.Errorf("iptables: %w", err)
 	}
-	exists, err := ipt.ChainExists("nat", Chain)
+	for _, tb := range []table{natTable, filterTable} {
+		c, err := removeTable(ipt, tb)
+		changed = changed || c
+		if err != nil {
+			return changed, err
+		}
+	}
+	return changed, nil
+}
+
+func removeTable(ipt *iptables.IPTables, tb table) (bool, error) {
+	exists, err := ipt.ChainExists(tb.name, Chain)
 	if err != nil || !exists { // no chain, no jump to it either
 		return false, err
 	}
-	if ok, err := ipt.Exists("nat", "POSTROUTING", jump...); err != nil {
-		return false, fmt.Errorf("look for the POSTROUTING jump: %w", err)
+	if ok, err := ipt.Exists(tb.name, tb.hook, tb.jump...); err != nil {
+		return false, fmt.Errorf("look for the %s jump: %w", tb.hook, err)
 	} else if ok {
-		if err := ipt.Delete("nat", "POSTROUTING", jump...); err != nil {
-			return false, fmt.Errorf("delete the POSTROUTING jump: %w", err)
+		if err := ipt.Delete(tb.name, tb.hook, tb.jump...); err != nil {
+			return false, fmt.Errorf("delete the %s jump: %w", tb.hook, err)
 		}
 	}
-	if err := ipt.ClearAndDeleteChain("nat", Chain); err != nil {
-		return true, fmt.Errorf("delete chain %s: %w", Chain, err)
+	if err := ipt.ClearAndDeleteChain(tb.name, Chain); err != nil {
+		return true, fmt.Errorf("delete chain %s in %s: %w", Chain, tb.name, err)
 	}
-	changed = true
-	return changed, nil
+	return true, nil
 }
 
 // sameRules compares `iptables -S CHAIN` output with the wanted specs by
@@ -148,7 +224,7 @@ func sameRules(have []string, want [][]string) bool {
 	}
 	for i, w := range want {
 		for _, tok := range w {
-			if (tok == "RETURN" || tok == "SNAT" || isAddr(tok)) && !slices.Contains(strings.Fields(rules[i]), tok) {
+			if (tok == "RETURN" || tok == "SNAT" || tok == "DROP" || tok == "INVALID" || isAddr(tok)) && !slices.Contains(strings.Fields(rules[i]), tok) {
 				return false
 			}
 		}
