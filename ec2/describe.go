@@ -9,11 +9,14 @@ import (
 )
 
 // describePage is the page size of every DescribeNetworkInterfaces warm
-// makes. EC2 rate-limits an unfiltered, unpaginated one with a bucket of
-// its own, half the size of the Describe bucket; warm always filters, and
-// always paginates, so that no call of its lands there and no reply grows
-// with the account's ENIs.
-const describePage = 100
+// makes: EC2's largest. EC2 rate-limits an unfiltered, unpaginated call
+// with a bucket of its own, half the size of the Describe bucket, so warm
+// always filters and always paginates. EC2 applies the filters to each page
+// after paging, so a call reads MaxResults of the region's ENIs whatever
+// matches: a small page would cost one call per 100 ENIs in the account on
+// every check, a large one one call per 1000 (AWS's own resource
+// controller reverted a paged, filtered describe for that reason).
+const describePage = 1000
 
 // describeENIs calls fn with every ENI in's filters match, page by page.
 func describeENIs(ctx context.Context, api API, in *ec2.DescribeNetworkInterfacesInput, fn func(*types.NetworkInterface) error) error {

@@ -15,7 +15,7 @@ import (
 func TestDescribesFilteredAndPaged(t *testing.T) {
 	th := ec2fake.AccountThrottling()
 	th.Buckets[ec2fake.UnfilteredDescribe] = ec2fake.Bucket{}
-	th.Buckets["DeleteNetworkInterface"] = ec2fake.Bucket{Size: 1000, Refill: 5}
+	th.Buckets["DeleteNetworkInterface"] = ec2fake.Bucket{Size: 2000, Refill: 5}
 	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large", Subnets: []ec2fake.SubnetConfig{{CIDR: "10.0.0.0/20"}}}, section.WarmConfig{WarmIPTarget: 3})
 	id := e.fake.Info().InstanceID
 	old := e.now.Add(-time.Hour).UTC().Format(time.RFC3339)

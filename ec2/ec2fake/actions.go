@@ -356,8 +356,18 @@ func (s *Server) describeNetworkInterfaces(p params) (response, error) {
 		}
 	}
 	fs := p.filters()
-	var match []*eni
-	for _, e := range s.sortedENIsLocked() {
+	// EC2 pages first and filters each page afterwards: a filtered call
+	// returns at most MaxResults of the account's ENIs, fewer (even none)
+	// matching, and a NextToken while any are left, so a caller that pages
+	// pays one call per MaxResults ENIs in the region, not per match.
+	all := s.sortedENIsLocked()
+	page, next, err := paginate(p, len(all))
+	if err != nil {
+		return nil, err
+	}
+	resp := &describeENIsResponse{NextToken: next}
+	for _, i := range page {
+		e := all[i]
 		if len(ids) > 0 && !slices.Contains(ids, e.id) {
 			continue
 		}
@@ -366,16 +376,8 @@ func (s *Server) describeNetworkInterfaces(p params) (response, error) {
 			return nil, err
 		}
 		if ok {
-			match = append(match, e)
+			resp.NetworkInterfaceSet.Items = append(resp.NetworkInterfaceSet.Items, s.xmlENILocked(e))
 		}
-	}
-	page, next, err := paginate(p, len(match))
-	if err != nil {
-		return nil, err
-	}
-	resp := &describeENIsResponse{NextToken: next}
-	for _, i := range page {
-		resp.NetworkInterfaceSet.Items = append(resp.NetworkInterfaceSet.Items, s.xmlENILocked(match[i]))
 	}
 	return resp, nil
 }
