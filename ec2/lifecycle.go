@@ -103,10 +103,14 @@ func (w *Warmer) dropPending(ctx context.Context, token string) error {
 
 // sweepLeaks deletes available ENIs tagged with this instance's ID that
 // are older than leakAge. It runs when a pending record has no ENI ID (the
-// Create reply was lost or not saved) and once per boot (in the node's
-// window of the hour when spreading, spread.go), at most once per
-// sweepEvery. A pending record without ID is dropped once a sweep has
-// found nothing younger than leakAge that could still be it.
+// Create reply was lost or not saved), when owed (an ENI eni-cni created
+// was detached, or the last sweep left a leak behind) and once per boot,
+// at most once per sweepEvery. Only the once-a-boot sweep waits for the
+// node's window of the hour when spreading (spread.go): the others delete
+// a leak known to be there, and a retry every sweepEvery would always
+// miss a window as long as sweepEvery. A pending record without ID is
+// dropped once a sweep has found nothing younger than leakAge that could
+// still be it.
 //
 // v is the store as the caller just read it, if nothing has changed what
 // the sweep looks at since (only warm writes Pending and the sweep's
@@ -120,7 +124,8 @@ func (w *Warmer) sweepLeaks(ctx context.Context, v *view) error {
 	}
 	src, now := v.src, w.now()
 	unknown := slices.ContainsFunc(src.Pending, func(p section.PendingENI) bool { return p.ID == "" })
-	if (!unknown && (src.SweptBoot == w.Mgr.BootID || !w.sweepWindow(src))) || !section.Elapsed(now, src.LastSweep, sweepEvery) || src.InstanceID == "" {
+	due := unknown || src.SweepOwed || (src.SweptBoot != w.Mgr.BootID && w.sweepWindow(src))
+	if !due || !section.Elapsed(now, src.LastSweep, sweepEvery) || src.InstanceID == "" {
 		return nil
 	}
 	var leaked []types.NetworkInterface
@@ -149,7 +154,8 @@ func (w *Warmer) sweepLeaks(ctx context.Context, v *view) error {
 	}
 	err = w.update(context.WithoutCancel(ctx), func(_ *alloc.State, src *section.EC2) error {
 		src.LastSweep = now.UTC()
-		if !young && len(errs) == 0 {
+		src.SweepOwed = young || len(errs) > 0
+		if !src.SweepOwed {
 			// Done for this boot; a young or undeletable one is looked
 			// at again after sweepEvery.
 			src.SweptBoot = w.Mgr.BootID

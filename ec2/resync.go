@@ -62,8 +62,10 @@ func (w *Warmer) resync(ctx context.Context, why string, d section.Drift) error 
 		report = applyTruth(st, src, truth, w.now())
 		if report.reclaim {
 			// An ENI eni-cni created was detached: once it has sat
-			// available past the leak age, a sweep deletes it.
-			src.SweptBoot = ""
+			// available past the leak age, a sweep deletes it, without
+			// waiting for the node's window (that spreads only the
+			// once-a-boot sweep).
+			src.SweepOwed = true
 		}
 		src.Dirty = false
 		src.LastDescribe = w.now().UTC()

@@ -102,3 +102,69 @@ func TestHourSlotsSpreadAFleet(t *testing.T) {
 		t.Errorf("windows in %d minutes of the hour, want nearly all 60", len(per))
 	}
 }
+
+// deletedWithin runs timer passes until the fake has no ENI id, and
+// reports how long after the first pass that was (false: not in max).
+func (e *env) deletedWithin(t *testing.T, id string, max time.Duration) (time.Duration, bool) {
+	t.Helper()
+	start := e.now
+	for e.now.Sub(start) < max {
+		e.passes(t, 1)
+		if _, ok := e.fake.ENI(id); !ok {
+			return e.now.Sub(start), true
+		}
+	}
+	return 0, false
+}
+
+// TestSpreadRetriesYoungLeakAtOnce: the window spreads only the boot's
+// first sweep. A leak still young then is looked at again sweepEvery
+// later, not in the next hour's window (a retry every sweepEvery, as long
+// as the window, would always miss it).
+func TestSpreadRetriesYoungLeakAtOnce(t *testing.T) {
+	e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, section.WarmConfig{WarmIPTarget: 1})
+	e.w.Spread = true
+	me := e.fake.Info().InstanceID
+	e.now = time.Unix(0, 0).Add(100*time.Hour + hourSlot(me) + sweepShift + 10*time.Second)
+	young := e.now.Add(-4 * time.Minute).UTC().Format(time.RFC3339)
+	en, err := e.fake.SeedENI(ec2fake.ENISpec{Detached: true, Tags: map[string]string{TagInstanceID: me, TagCreatedAt: young}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.warm(t) // the boot's sweep, in the window: the leak is a minute too young
+	if _, ok := e.fake.ENI(en.ID); !ok {
+		t.Fatal("setup: the young leak was deleted by the first sweep")
+	}
+	if d, ok := e.deletedWithin(t, en.ID, 2*time.Hour); !ok || d > sweepEvery+time.Minute {
+		t.Errorf("young leak deleted %v (ok=%v) after the first sweep, want within %v", d, ok, sweepEvery+time.Minute)
+	}
+}
+
+// TestSpreadReclaimsDetachedENIAtOnce: an ENI eni-cni created and someone
+// detached is deleted by the next pass's sweep, with Spread as without; it
+// does not wait for the node's window.
+func TestSpreadReclaimsDetachedENIAtOnce(t *testing.T) {
+	for _, spread := range []bool{false, true} {
+		t.Run(fmt.Sprintf("spread=%v", spread), func(t *testing.T) {
+			e := newEnv(t, ec2fake.Config{InstanceType: "t3.medium"}, section.WarmConfig{WarmIPTarget: 7})
+			e.w.Spread = spread
+			me := e.fake.Info().InstanceID
+			// Boot just after the node's sweep window, so that it is an
+			// hour away at the detach.
+			e.now = time.Unix(0, 0).Add(100*time.Hour + hourSlot(me) + sweepShift + slotWindow + time.Minute)
+			e.warm(t)
+			e.passes(t, 12) // the ENIs are older than leakAge
+			_, _, src := e.counts(t)
+			if len(src.ENIs) < 2 {
+				t.Fatalf("setup: %d ENIs, want a second one", len(src.ENIs))
+			}
+			second := src.ENIs[1].ID
+			if err := e.fake.DetachENI(second); err != nil {
+				t.Fatal(err)
+			}
+			if d, ok := e.deletedWithin(t, second, 2*time.Hour); !ok || d > 2*time.Minute {
+				t.Errorf("detached %s deleted %v (ok=%v) after the detach, want within 2m", second, d, ok)
+			}
+		})
+	}
+}

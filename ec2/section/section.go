@@ -49,6 +49,10 @@ type EC2 struct {
 	// LastSweep when.
 	SweptBoot string    `json:"sweptBoot,omitempty"`
 	LastSweep time.Time `json:"lastSweep,omitzero"`
+	// SweepOwed marks a sweep that must not wait for the node's window of
+	// the hour: an ENI eni-cni created was detached, or a sweep left a
+	// young or undeletable leak behind.
+	SweepOwed bool `json:"sweepOwed,omitempty"`
 	// SNATBoot is the boot in which the SNAT chain was last ensured, so ADD
 	// installs it once after a reboot if no `warm` pass has yet.
 	SNATBoot string `json:"snatBoot,omitempty"`
