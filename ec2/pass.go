@@ -131,7 +131,7 @@ func syncSNAT(ctx context.Context, cfg *netconf.Config, mgr *alloc.Manager, out 
 	if err != nil {
 		return err
 	}
-	changed, err := snat.Ensure(spec)
+	changed, err := snat.Ensure(cfg.StateDir, spec)
 	if err != nil {
 		return fmt.Errorf("snat: %w", err)
 	}

@@ -128,7 +128,7 @@ func (s EC2) ensureSNAT(ctx context.Context, sec *section.EC2) error {
 	if err != nil {
 		return err
 	}
-	if _, err := snat.Ensure(spec); err != nil {
+	if _, err := snat.Ensure(s.Cfg.StateDir, spec); err != nil {
 		return fmt.Errorf("snat: %w", err)
 	}
 	return MarkSNAT(ctx, s.Mgr, true)

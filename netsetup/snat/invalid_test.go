@@ -49,6 +49,7 @@ func TestDropRulesMirrorSNAT(t *testing.T) {
 // Present and Remove see and take both tables.
 func TestEnsureDropsInvalid(t *testing.T) {
 	node := iptablesNS(t)
+	dir := t.TempDir()
 	ipt := func(args ...string) string {
 		out, err := exec.Command("iptables", args...).CombinedOutput()
 		if err != nil {
@@ -62,7 +63,7 @@ func TestEnsureDropsInvalid(t *testing.T) {
 		if missing, err := Check(s); err != nil || len(missing) != 2 {
 			t.Errorf("Check of a bare node: %q %v, want both chains missing", missing, err)
 		}
-		if _, err := Ensure(s); err != nil {
+		if _, err := Ensure(dir, s); err != nil {
 			t.Fatal(err)
 		}
 		filter := ipt("-S")
@@ -78,14 +79,14 @@ func TestEnsureDropsInvalid(t *testing.T) {
 		if missing, err := Check(s); err != nil || len(missing) != 0 {
 			t.Errorf("Check after Ensure: %q %v", missing, err)
 		}
-		if changed, err := Ensure(s); err != nil || changed {
+		if changed, err := Ensure(dir, s); err != nil || changed {
 			t.Errorf("second Ensure: changed=%v err=%v", changed, err)
 		}
 		ipt("-F", Chain)
 		if missing, _ := Check(s); len(missing) != 1 || !strings.Contains(missing[0], "filter") {
 			t.Errorf("Check after a flush of the filter chain: %q", missing)
 		}
-		if changed, err := Ensure(s); err != nil || !changed || ipt("-S") != filter {
+		if changed, err := Ensure(dir, s); err != nil || !changed || ipt("-S") != filter {
 			t.Errorf("repair after flush: changed=%v err=%v\n%s", changed, err, ipt("-S"))
 		}
 		// Half an uninstall: only the filter chain left is still ours.

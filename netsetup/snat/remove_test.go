@@ -11,6 +11,7 @@ import (
 
 func TestPresentAndRemoveTakeOnlyOurs(t *testing.T) {
 	node := iptablesNS(t)
+	dir := t.TempDir()
 	ipt := func(args ...string) string {
 		out, err := exec.Command("iptables", args...).CombinedOutput()
 		if err != nil {
@@ -24,7 +25,7 @@ func TestPresentAndRemoveTakeOnlyOurs(t *testing.T) {
 		}
 		// Someone else's rule in POSTROUTING stays.
 		ipt("-t", "nat", "-A", "POSTROUTING", "-s", "10.9.0.0/16", "-j", "MASQUERADE")
-		if _, err := Ensure(Spec{VPCCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16")}, PodNets: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/20")}, PrimaryIP: netip.MustParseAddr("10.0.0.10")}); err != nil {
+		if _, err := Ensure(dir, Spec{VPCCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16")}, PodNets: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/20")}, PrimaryIP: netip.MustParseAddr("10.0.0.10")}); err != nil {
 			t.Fatal(err)
 		}
 		if ok, err := Present(); err != nil || !ok {

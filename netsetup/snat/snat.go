@@ -29,11 +29,22 @@ package snat
 import (
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/coreos/go-iptables/iptables"
+
+	"github.com/eni-cni/eni-cni/lockfile"
 )
+
+// LockName is the file in the state directory Ensure holds while it
+// rewrites the chains: the first ADDs of a boot run it in parallel, and
+// with warm's pass, and iptables has no transaction that spans a check
+// and the change it decides (two creates of one chain, two jumps, a
+// chain cleared by one while the other appends).
+const LockName = "snat.lock"
 
 // Chain is the nat chain eni-cni owns. Everything in it is rewritten on
 // each Ensure; nothing else on the node is touched but the one jump rule.
@@ -113,10 +124,19 @@ var (
 // Ensure makes the nat table hold exactly our chain's rules and the jump to
 // it, and the filter table its INVALID drop. It is idempotent and cheap
 // when nothing changed (list and compare), and repairs the rules if
-// someone flushed them.
-func Ensure(s Spec) (changed bool, err error) {
+// someone flushed them. It holds LockName in stateDir while it works.
+func Ensure(stateDir string, s Spec) (changed bool, err error) {
 	if err := s.valid(); err != nil {
 		return false, err
+	}
+	path := filepath.Join(stateDir, LockName)
+	lk, err := lockfile.Open(path, os.O_CREATE|os.O_RDONLY)
+	if err != nil {
+		return false, fmt.Errorf("lock %s: %w", path, err)
+	}
+	defer lk.Close()
+	if err := lk.Lock(); err != nil {
+		return false, fmt.Errorf("lock %s: %w", path, err)
 	}
 	ipt, err := iptables.NewWithProtocol(iptables.ProtocolIPv4)
 	if err != nil {
@@ -158,19 +178,51 @@ func ensureTable(ipt *iptables.IPTables, tb table, want [][]string) (changed boo
 		}
 		changed = true
 	}
-	if ok, err := ipt.Exists(tb.name, tb.hook, tb.jump...); err != nil {
-		return changed, fmt.Errorf("look for the %s jump: %w", tb.hook, err)
-	} else if !ok {
-		add := ipt.Append
-		if tb.first {
-			add = func(table, chain string, rule ...string) error { return ipt.Insert(table, chain, 1, rule...) }
-		}
-		if err := add(tb.name, tb.hook, tb.jump...); err != nil {
-			return changed, fmt.Errorf("add the %s jump: %w", tb.hook, err)
+	c, err := ensureJump(ipt, tb)
+	return changed || c, err
+}
+
+// ensureJump makes tb's hook jump to Chain exactly once: an earlier
+// release, racing itself, could leave two jumps, and Remove deleting one
+// would leave the other holding the chain.
+func ensureJump(ipt *iptables.IPTables, tb table) (changed bool, err error) {
+	n, err := countJumps(ipt, tb)
+	if err != nil {
+		return false, err
+	}
+	for ; n > 1; n-- {
+		if err := ipt.Delete(tb.name, tb.hook, tb.jump...); err != nil {
+			return true, fmt.Errorf("delete a second %s jump: %w", tb.hook, err)
 		}
 		changed = true
 	}
-	return changed, nil
+	if n == 1 {
+		return changed, nil
+	}
+	add := ipt.Append
+	if tb.first {
+		add = func(table, chain string, rule ...string) error { return ipt.Insert(table, chain, 1, rule...) }
+	}
+	if err := add(tb.name, tb.hook, tb.jump...); err != nil {
+		return changed, fmt.Errorf("add the %s jump: %w", tb.hook, err)
+	}
+	return true, nil
+}
+
+// countJumps counts the rules of tb's hook that jump to Chain.
+func countJumps(ipt *iptables.IPTables, tb table) (int, error) {
+	rules, err := ipt.List(tb.name, tb.hook)
+	if err != nil {
+		return 0, fmt.Errorf("look for the %s jump: %w", tb.hook, err)
+	}
+	n := 0
+	for _, r := range rules {
+		f := strings.Fields(r)
+		if len(f) > 1 && f[0] == "-A" && slices.Contains(f, "-j") && f[len(f)-1] == Chain {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // Remove takes the jumps and both chains away (snat turned off). Nothing
@@ -195,9 +247,12 @@ func removeTable(ipt *iptables.IPTables, tb table) (bool, error) {
 	if err != nil || !exists { // no chain, no jump to it either
 		return false, err
 	}
-	if ok, err := ipt.Exists(tb.name, tb.hook, tb.jump...); err != nil {
-		return false, fmt.Errorf("look for the %s jump: %w", tb.hook, err)
-	} else if ok {
+	// Every jump: a second one (see ensureJump) would hold the chain.
+	n, err := countJumps(ipt, tb)
+	if err != nil {
+		return false, err
+	}
+	for ; n > 0; n-- {
 		if err := ipt.Delete(tb.name, tb.hook, tb.jump...); err != nil {
 			return false, fmt.Errorf("delete the %s jump: %w", tb.hook, err)
 		}

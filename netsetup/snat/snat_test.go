@@ -13,6 +13,7 @@ import (
 
 func TestEnsureIdempotentAndRepairs(t *testing.T) {
 	node := iptablesNS(t)
+	dir := t.TempDir()
 	vpc := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16"), netip.MustParsePrefix("100.64.0.0/16")}
 	primary := netip.MustParseAddr("10.0.0.10")
 	spec := Spec{VPCCIDRs: vpc, PodNets: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/20")},
@@ -25,7 +26,7 @@ func TestEnsureIdempotentAndRepairs(t *testing.T) {
 		return string(out)
 	}
 	err := node.Do(func(ns.NetNS) error {
-		if changed, err := Ensure(spec); err != nil || !changed {
+		if changed, err := Ensure(dir, spec); err != nil || !changed {
 			t.Fatalf("first Ensure: changed=%v err=%v", changed, err)
 		}
 		first := nat()
@@ -35,7 +36,7 @@ func TestEnsureIdempotentAndRepairs(t *testing.T) {
 				t.Errorf("nat table lacks %q:\n%s", want, first)
 			}
 		}
-		if changed, err := Ensure(spec); err != nil || changed {
+		if changed, err := Ensure(dir, spec); err != nil || changed {
 			t.Errorf("second Ensure: changed=%v err=%v", changed, err)
 		}
 		for _, l := range strings.Split(first, "\n") {
@@ -49,11 +50,11 @@ func TestEnsureIdempotentAndRepairs(t *testing.T) {
 		if out, err := exec.Command("iptables", "-t", "nat", "-F", Chain).CombinedOutput(); err != nil {
 			t.Fatalf("flush: %v %s", err, out)
 		}
-		if changed, err := Ensure(spec); err != nil || !changed || nat() != first {
+		if changed, err := Ensure(dir, spec); err != nil || !changed || nat() != first {
 			t.Errorf("repair after flush: changed=%v err=%v\n%s", changed, err, nat())
 		}
 		spec.VPCCIDRs = vpc[:1]
-		if changed, _ := Ensure(spec); !changed || strings.Contains(nat(), "100.64.0.0/16") {
+		if changed, _ := Ensure(dir, spec); !changed || strings.Contains(nat(), "100.64.0.0/16") {
 			t.Errorf("a VPC CIDR removed must leave the chain:\n%s", nat())
 		}
 		if strings.Count(nat(), "-j "+Chain) != 1 {
@@ -79,7 +80,7 @@ func TestEnsureRefusesMissingFacts(t *testing.T) {
 		"no primary address": {VPCCIDRs: nets, PodNets: nets},
 		"no pod subnets":     {VPCCIDRs: nets, PrimaryIP: netip.MustParseAddr("10.0.0.1")},
 	} {
-		if _, err := Ensure(s); err == nil {
+		if _, err := Ensure(t.TempDir(), s); err == nil {
 			t.Errorf("%s accepted", name)
 		}
 	}
