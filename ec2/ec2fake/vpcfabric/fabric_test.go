@@ -25,7 +25,12 @@ func newNS(t *testing.T) string {
 	if err != nil {
 		t.Fatalf("create network namespace: %v", err)
 	}
-	t.Cleanup(func() { n.Close(); _ = testutils.UnmountNS(n) })
+	t.Cleanup(func() {
+		n.Close()
+		if err := testutils.UnmountNS(n); err != nil {
+			t.Errorf("remove network namespace: %v", err)
+		}
+	})
 	return n.Path()
 }
 
@@ -105,12 +110,14 @@ func TestFollowsTheAPI(t *testing.T) {
 		t.Skip("needs root (network namespaces)")
 	}
 	srv, second := newWorld(t)
-	f, err := New(srv, Config{Router: newNS(t)})
+	// The namespaces first: cleanups run last-in first-out, and a
+	// namespace's mount cannot be removed while the fabric holds it open.
+	router, node := newNS(t), newNS(t)
+	f, err := New(srv, Config{Router: router})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(f.Close)
-	node := newNS(t)
 	if err := f.AddNode(second.ID(), node); err != nil {
 		t.Fatal(err)
 	}
@@ -185,13 +192,13 @@ func TestCheckFailsClosed(t *testing.T) {
 		t.Skip("needs root (network namespaces)")
 	}
 	srv, inst := newWorld(t)
-	router := newNS(t)
+	router, node := newNS(t), newNS(t)
 	f, err := New(srv, Config{Router: router})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(f.Close)
-	if err := f.AddNode(inst.ID(), newNS(t)); err != nil {
+	if err := f.AddNode(inst.ID(), node); err != nil {
 		t.Fatal(err)
 	}
 	primary := inst.PrimaryENI()
