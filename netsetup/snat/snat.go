@@ -69,13 +69,7 @@ func (s Spec) valid() error {
 
 // Rules is what Ensure wants in Chain, in order.
 func Rules(s Spec) [][]string {
-	var out [][]string
-	for _, c := range s.VPCCIDRs {
-		out = append(out, []string{"-d", c.String(), "-m", "comment", "--comment", "eni-cni: VPC, no SNAT", "-j", "RETURN"})
-	}
-	for _, a := range s.NotPods {
-		out = append(out, []string{"-s", netip.PrefixFrom(a, 32).String(), "-m", "comment", "--comment", "eni-cni: not a pod, no SNAT", "-j", "RETURN"})
-	}
+	out := exclusions(s)
 	for _, n := range s.PodNets {
 		out = append(out, []string{"-s", n.Masked().String(), "-m", "addrtype", "!", "--dst-type", "LOCAL", "-m", "comment", "--comment", comment,
 			"-j", "SNAT", "--to-source", s.PrimaryIP.String(), "--random-fully"})
@@ -89,15 +83,23 @@ const dropComment = "eni-cni: drop conntrack-INVALID pod traffic SNAT cannot rew
 // the nat chain's exclusions, then a drop of INVALID packets from the pod
 // subnets.
 func DropRules(s Spec) [][]string {
+	out := exclusions(s)
+	for _, n := range s.PodNets {
+		out = append(out, []string{"-s", n.Masked().String(), "-m", "conntrack", "--ctstate", "INVALID", "-m", "comment", "--comment", dropComment, "-j", "DROP"})
+	}
+	return out
+}
+
+// exclusions are the RETURNs both chains start with: traffic inside the
+// VPC and from addresses that are not pods is neither rewritten nor, when
+// INVALID, dropped. One list, so the two chains cannot drift apart.
+func exclusions(s Spec) [][]string {
 	var out [][]string
 	for _, c := range s.VPCCIDRs {
 		out = append(out, []string{"-d", c.String(), "-m", "comment", "--comment", "eni-cni: VPC, no SNAT", "-j", "RETURN"})
 	}
 	for _, a := range s.NotPods {
 		out = append(out, []string{"-s", netip.PrefixFrom(a, 32).String(), "-m", "comment", "--comment", "eni-cni: not a pod, no SNAT", "-j", "RETURN"})
-	}
-	for _, n := range s.PodNets {
-		out = append(out, []string{"-s", n.Masked().String(), "-m", "conntrack", "--ctstate", "INVALID", "-m", "comment", "--comment", dropComment, "-j", "DROP"})
 	}
 	return out
 }
