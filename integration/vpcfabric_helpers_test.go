@@ -147,13 +147,9 @@ func (f *vpcFabric) drops(t *testing.T) map[string]int {
 
 // ---------------------------------------------------------------- TCP
 
-// serveTCP listens on port in the namespace at nsPath and answers each
-// connection with one line: "<local address> <remote address>", so the
-// caller sees which address the server saw it come from. Closed in
-// t.Cleanup or by the function it returns: a closed listener also stops
-// the SYN-ACK retransmits of connections whose replies the VPC dropped,
-// which would otherwise be counted later.
-func serveTCP(t *testing.T, nsPath string, port int) (stop func()) {
+// listenIn listens on TCP port in the namespace at nsPath, closed in
+// t.Cleanup.
+func listenIn(t *testing.T, nsPath string, port int) net.Listener {
 	t.Helper()
 	var l net.Listener
 	err := ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
@@ -165,6 +161,18 @@ func serveTCP(t *testing.T, nsPath string, port int) (stop func()) {
 		t.Fatalf("listen on %d in %s: %v", port, nsPath, err)
 	}
 	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// serveTCP listens on port in the namespace at nsPath and answers each
+// connection with one line: "<local address> <remote address>", so the
+// caller sees which address the server saw it come from. Closed in
+// t.Cleanup or by the function it returns: a closed listener also stops
+// the SYN-ACK retransmits of connections whose replies the VPC dropped,
+// which would otherwise be counted later.
+func serveTCP(t *testing.T, nsPath string, port int) (stop func()) {
+	t.Helper()
+	l := listenIn(t, nsPath, port)
 	go func() {
 		for {
 			c, err := l.Accept()
@@ -199,16 +207,7 @@ func dialTCP(nsPath string, to netip.AddrPort) (string, error) {
 // connection to its end and answers with the number of bytes it read.
 func serveSink(t *testing.T, nsPath string, port int) {
 	t.Helper()
-	var l net.Listener
-	err := ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
-		var err error
-		l, err = net.Listen("tcp4", ":"+strconv.Itoa(port))
-		return err
-	})
-	if err != nil {
-		t.Fatalf("listen on %d in %s: %v", port, nsPath, err)
-	}
-	t.Cleanup(func() { l.Close() })
+	l := listenIn(t, nsPath, port)
 	go func() {
 		for {
 			c, err := l.Accept()
@@ -229,15 +228,7 @@ func serveSink(t *testing.T, nsPath string, port int) {
 // answers every request at once without reading its body.
 func serveWeb(t *testing.T, nsPath string, port int) {
 	t.Helper()
-	var l net.Listener
-	err := ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
-		var err error
-		l, err = net.Listen("tcp4", ":"+strconv.Itoa(port))
-		return err
-	})
-	if err != nil {
-		t.Fatalf("listen on %d in %s: %v", port, nsPath, err)
-	}
+	l := listenIn(t, nsPath, port)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })}
 	t.Cleanup(func() { srv.Close() })
 	go srv.Serve(l)
