@@ -734,9 +734,28 @@ e2e_cleanup() {
 	while read -r p; do
 		[ -n "$p" ] && rmdir "$p" 2>/dev/null || true
 	done < <(cat "$E2E_RUN/host-dirs.made" 2>/dev/null)
+	# What the node started and outlived it, e.g. a warm pass an ADD spawned
+	# (setsid, `eni-cni warm --config <stateDir>/warm.conf`): it runs to its
+	# end and writes the state dir, so wait for it (then stop it) before the
+	# run dir goes, or it recreates what rm just removed.
+	for p in $(pgrep -f -- "$E2E_RUN/" 2>/dev/null); do
+		[ "$p" != $$ ] && [ "$p" != "$BASHPID" ] || continue
+		_e2e_kill_wait_grace "$p" 10
+	done
 	if [ "${E2E_KEEP_RUN:-0}" = 1 ]; then
 		e2e_log "kept run dir $E2E_RUN"
 	else
 		rm -rf "$E2E_RUN"
 	fi
+}
+
+# _e2e_kill_wait_grace PID SECS: let PID end by itself for SECS, then stop it.
+_e2e_kill_wait_grace() {
+	local pid=$1 secs=$2 i
+	for ((i = 0; i < secs * 10; i++)); do
+		_e2e_alive "$pid" || return 0
+		sleep 0.1
+	done
+	e2e_log "pid $pid ($(_e2e_cmdline "$pid")) still running at teardown: stopping it"
+	_e2e_kill_wait "$pid" 3
 }
