@@ -89,7 +89,8 @@ test-cluster: build deps-kubeadm
 # m5.large instances (29 pods a node: the specs' pods fit beside the suite's).
 # Builds the network-only e2e test binary, agnhost and the images once
 # (deps-conformance: 2-10 min on kubelet's build cache; then cached). Summary
-# and reports in _out/conformance. make test runs it in place of test-cluster.
+# and reports in _out/conformance. Not in make test yet: its last two-node run
+# took 23 min and failed 2 of 62 specs (scripts/e2e/README.md).
 deps-conformance:
 	bash scripts/install-test-deps.sh --with-kubeadm --with-conformance
 
@@ -106,7 +107,7 @@ test: deps lint build
 	$(MAKE) --no-print-directory test-kubelet
 	$(MAKE) --no-print-directory test-daemonset
 	$(MAKE) --no-print-directory test-kubeadm
-	$(MAKE) --no-print-directory test-conformance
+	$(MAKE) --no-print-directory test-cluster
 
 # Many processes doing ADD/DEL/CHECK/gc/warm/list on one store on a simulated
 # EC2 node, SIGKILLed at random, invariants checked after every round
