@@ -397,7 +397,11 @@ func coolingEndsBy(st *alloc.State, now, t time.Time) bool {
 // throttledCap), drawn from its upper half by the instance's ID so that a
 // fleet throttled together comes back spread.
 func throttledPause(sec *section.EC2) time.Duration {
-	lp := sec.LastPass
+	return pauseAfter(sec.LastPass, sec.InstanceID)
+}
+
+// pauseAfter is throttledPause after outcome lp of instance id's pass.
+func pauseAfter(lp *section.PassOutcome, id string) time.Duration {
 	if lp == nil || lp.Result != section.PassThrottled {
 		return 0
 	}
@@ -406,7 +410,7 @@ func throttledPause(sec *section.EC2) time.Duration {
 		d = min(throttledCap, throttledBase<<(n-1))
 	}
 	h := fnv.New32a()
-	fmt.Fprintf(h, "%s/%d", sec.InstanceID, lp.Streak)
+	fmt.Fprintf(h, "%s/%d", id, lp.Streak)
 	return d/2 + time.Duration(uint64(h.Sum32())%uint64(d/2+1))
 }
 
@@ -414,8 +418,12 @@ func throttledPause(sec *section.EC2) time.Duration {
 // now. An outcome stamped after now is from before a backward step of the
 // wall clock: no pause.
 func pausing(sec *section.EC2, now time.Time) bool {
-	lp := sec.LastPass
-	return lp != nil && !lp.At.After(now) && now.Before(lp.At.Add(throttledPause(sec)))
+	return pausingAfter(sec.LastPass, sec.InstanceID, now)
+}
+
+// pausingAfter is pausing after outcome lp of instance id's pass.
+func pausingAfter(lp *section.PassOutcome, id string, now time.Time) bool {
+	return lp != nil && !lp.At.After(now) && now.Before(lp.At.Add(pauseAfter(lp, id)))
 }
 
 // nextLook is when to look again without a wake-up: the end of a cooldown
