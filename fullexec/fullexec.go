@@ -43,20 +43,54 @@ import (
 
 // Build is an executable and the hex SHA-256 digest it must have.
 type Build struct {
+	// Name tells the builds one binary carries apart in the cache ("full"
+	// when empty).
+	Name   string
 	Data   []byte
 	Digest string
+	// Siblings are the digests of the other builds the same binary
+	// carries: their cached copies, records and markers are current, not
+	// an old version's to remove.
+	Siblings []string
 }
 
-// filePrefix names cached builds: filePrefix + the first 16 hex digits.
-const filePrefix = "eni-cni-full-"
+// filePrefix starts the names of cached builds: filePrefix + the build's
+// name + "-" + the first 16 hex digits of its digest.
+const filePrefix = "eni-cni-"
 
-func (b Build) name() string { return filePrefix + b.short() }
-
-func (b Build) short() string {
-	if len(b.Digest) < 16 {
-		return b.Digest
+func (b Build) name() string {
+	name := b.Name
+	if name == "" {
+		name = "full"
 	}
-	return b.Digest[:16]
+	return filePrefix + name + "-" + b.short()
+}
+
+// CachedBuilds lists the cached builds in dir, of any version.
+func CachedBuilds(dir string) ([]string, error) {
+	return filepath.Glob(filepath.Join(dir, filePrefix+"*"))
+}
+
+func (b Build) short() string { return shortDigest(b.Digest) }
+
+func shortDigest(digest string) string {
+	if len(digest) < 16 {
+		return digest
+	}
+	return digest[:16]
+}
+
+// current reports whether a cache entry (a build, its record or its noexec
+// marker) belongs to b or to one of its siblings: named after one of their
+// digests.
+func (b Build) current(entry string) bool {
+	for _, d := range append([]string{b.Digest}, b.Siblings...) {
+		short := shortDigest(d)
+		if short != "" && (strings.HasSuffix(entry, "-"+short) || entry == recordPrefix+short || entry == ".noexec-"+short) {
+			return true
+		}
+	}
+	return false
 }
 
 // Exe is a verified, open executable.
@@ -273,7 +307,7 @@ func writeBuild(d *os.File, b Build) (f *os.File, err error) {
 // removeOthers recognises, ending in our PID, so a killed run's leftover
 // is known to be abandoned.
 func tempName(b Build, kind string) string {
-	return fmt.Sprintf(".%s%s%s-%d", filePrefix, b.short(), kind, os.Getpid())
+	return fmt.Sprintf(".%s%s-%d", b.name(), kind, os.Getpid())
 }
 
 // writeAt replaces name in d with data: a new file only this process can
@@ -318,7 +352,8 @@ func writeAt(d *os.File, name, tmp string, data []byte, mode uint32, before func
 
 // removeOthers deletes cached builds of other versions, their noexec
 // markers and records, and temporary files that killed runs left, once this build is
-// cached. A running process keeps its deleted file.
+// cached; the builds of this version (b and its siblings) stay. A running
+// process keeps its deleted file.
 func removeOthers(d *os.File, b Build) {
 	names, err := d.Readdirnames(-1)
 	if err != nil {
@@ -326,9 +361,7 @@ func removeOthers(d *os.File, b Build) {
 	}
 	mine := tempName(b, "")
 	for _, n := range names {
-		stale := (strings.HasPrefix(n, filePrefix) && n != b.name()) ||
-			(strings.HasPrefix(n, ".noexec-") && n != noExecMarker(b)) ||
-			(strings.HasPrefix(n, recordPrefix) && n != recordName(b)) ||
+		stale := ((strings.HasPrefix(n, filePrefix) || strings.HasPrefix(n, ".noexec-") || strings.HasPrefix(n, recordPrefix)) && !b.current(n)) ||
 			(strings.HasPrefix(n, "."+filePrefix) && n != mine && tempAbandoned(d, n))
 		if stale {
 			_ = unix.Unlinkat(int(d.Fd()), n, 0)

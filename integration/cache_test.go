@@ -33,10 +33,11 @@ func requireLean(t *testing.T) {
 	t.Skip("ENI_CNI_BIN is not the lean build (make build); the cache is the lean build's")
 }
 
-// cachedBuilds lists the cached full builds of nw.
+// cachedBuilds lists the cached embedded builds of nw (warm's is the ec2
+// build).
 func cachedBuilds(t *testing.T, nw *network) []string {
 	t.Helper()
-	m, err := filepath.Glob(filepath.Join(nw.stateDir, ".bin", "eni-cni-full-*"))
+	m, err := filepath.Glob(filepath.Join(nw.stateDir, ".bin", "eni-cni-*"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +76,7 @@ func TestFullBuildCache(t *testing.T) {
 	if st.Mode&0o7777 != 0o700 || st.Uid != 0 || st.Mode&syscall.S_IFMT != syscall.S_IFREG {
 		t.Errorf("%s: mode %o uid %d, want a regular file of root, 0700", file, st.Mode, st.Uid)
 	}
-	if sum := fileDigest(t, file); !strings.HasSuffix(file, "eni-cni-full-"+sum[:16]) {
+	if sum := fileDigest(t, file); !strings.HasSuffix(file, "/eni-cni-ec2-"+sum[:16]) {
 		t.Errorf("%s has digest %s, not the one its name carries", file, sum)
 	}
 	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
@@ -122,7 +123,7 @@ func TestFullBuildCacheRecord(t *testing.T) {
 		t.Fatalf("cached builds %v, want one", builds)
 	}
 	file := builds[0]
-	record := filepath.Join(filepath.Dir(file), ".verified-"+strings.TrimPrefix(filepath.Base(file), "eni-cni-full-"))
+	record := filepath.Join(filepath.Dir(file), ".verified-"+file[len(file)-16:])
 	time.Sleep(2100 * time.Millisecond) // fullexec's racyWindow, 2 s
 	warmStatic(t, nw, nil)
 	var st syscall.Stat_t
