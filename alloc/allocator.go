@@ -528,7 +528,7 @@ func (m *Manager) Counts(st *State) Counts {
 		} else {
 			c.Families.IPv6 = &fc
 		}
-		c.Total, c.Free, c.Cooling = c.Total+fc.Total, c.Free+fc.Free, c.Cooling+fc.Cooling
+		c.Total, c.Free, c.Cooling = addSat(c.Total, fc.Total), addSat(c.Free, fc.Free), c.Cooling+fc.Cooling
 		c.Allocated, c.Outside = c.Allocated+fc.Allocated, c.Outside+fc.Outside
 	}
 	return c
