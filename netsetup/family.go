@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -116,6 +117,29 @@ func enableForwarding6() error {
 	}
 	if err := os.WriteFile(path, []byte("1"), 0o644); err != nil {
 		return fmt.Errorf("enable ipv6 forwarding: %w", err)
+	}
+	return nil
+}
+
+// seedNeighbour6 gives the node a neighbour entry for the pod's IPv6
+// address, in state STALE: used at once, then confirmed by the kernel. A
+// new pod joins the solicited-node group of its address asynchronously
+// (the kernel's address work queue), and the node's first solicitation,
+// sent when the first packet for the pod arrives right after ADD, went
+// unanswered: that packet waited a second for the retransmission
+// (measured here: the first ping after ADD lost, every later one fine).
+// Not PERMANENT: a later plugin of the chain may change the pod's MAC
+// (tuning), and a stale entry is probed and corrected, a permanent one
+// never.
+func seedNeighbour6(p Pod, host netlink.Link, podMAC net.HardwareAddr) error {
+	for _, ip := range p.addrs() {
+		if !ip.Is6() {
+			continue
+		}
+		n := &netlink.Neigh{LinkIndex: host.Attrs().Index, Family: unix.AF_INET6, State: netlink.NUD_STALE, IP: ip.AsSlice(), HardwareAddr: podMAC}
+		if err := netlink.NeighSet(n); err != nil {
+			return fmt.Errorf("add neighbour %s on %s: %w", ip, p.HostVeth, err)
+		}
 	}
 	return nil
 }
