@@ -305,7 +305,7 @@ func (m *Manager) pick(st *State, f Family) (netip.Addr, string, bool) {
 		return m.pickFrom(st, m.Pool.Addrs(st), st.LastIP)
 	}
 	if f == IPv4 {
-		return m.pickFrom(st, only(m.Pool.Addrs(st), IPv4), st.LastIP)
+		return m.pickFrom(st, addrsOf(m.Pool, st, IPv4), st.LastIP)
 	}
 	last := st.LastIP6
 	if !last.IsValid() && st.LastIP.Is6() {
@@ -314,7 +314,7 @@ func (m *Manager) pick(st *State, f Family) (netip.Addr, string, bool) {
 	if s, ok := m.Pool.(seeker); ok {
 		return m.pickAfter(st, s, last)
 	}
-	return m.pickFrom(st, only(m.Pool.Addrs(st), IPv6), last)
+	return m.pickFrom(st, addrsOf(m.Pool, st, IPv6), last)
 }
 
 // taken are the addresses held or cooling.
@@ -540,7 +540,7 @@ func (m *Manager) familyCounts(st *State, f Family) Counts {
 	if s, ok := m.Pool.(interface{ FamilySize(Family) int }); ok {
 		total = s.FamilySize(f)
 	} else {
-		for range only(m.Pool.Addrs(st), f) {
+		for range addrsOf(m.Pool, st, f) {
 			total++
 		}
 	}

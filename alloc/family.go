@@ -83,10 +83,15 @@ func (m *Manager) families() []Family {
 	return []Family{IPv4}
 }
 
-// only yields the addresses of seq of family f.
-func only(seq iter.Seq2[netip.Addr, string], f Family) iter.Seq2[netip.Addr, string] {
+// addrsOf yields the addresses of pool p of family f. A pool of ranges
+// walks only that family's ranges: filtering its whole walk would go
+// through a /64 of IPv6 behind the IPv4 ranges to wrap around, for ever.
+func addrsOf(p Pool, st *State, f Family) iter.Seq2[netip.Addr, string] {
+	if rs, ok := p.(Ranges); ok {
+		return rs.of(f).Addrs(st)
+	}
 	return func(yield func(netip.Addr, string) bool) {
-		for ip, eni := range seq {
+		for ip, eni := range p.Addrs(st) {
 			if FamilyOf(ip) == f && !yield(ip, eni) {
 				return
 			}

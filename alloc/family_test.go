@@ -221,3 +221,42 @@ func TestIPv6PickWraps(t *testing.T) {
 		t.Errorf("got %s (%v), want the freed fd00::2", a.IP, err)
 	}
 }
+
+// A dual-stack pool whose IPv4 ranges come before a /64 wraps around its
+// IPv4 ranges without walking the IPv6 one, and says when IPv4 runs out.
+func TestDualStackIPv4WrapsBeforeLargeIPv6(t *testing.T) {
+	m, _, clk := newFamilyManager(t, dual, "10.0.0.1-10.0.0.2", "fd00:1::/64")
+	ctx := context.Background()
+	done := make(chan error, 1)
+	go func() {
+		for i := range 2 {
+			if _, _, err := m.Allocate(ctx, req(fmt.Sprint("c", i))); err != nil {
+				done <- err
+				return
+			}
+		}
+		_, _, _ = m.Release(ctx, key("c0"), netip.Addr{})
+		clk.Advance(time.Minute)
+		a, _, err := m.Allocate(ctx, req("c2"))
+		if err == nil && a.IP != netip.MustParseAddr("10.0.0.1") {
+			err = fmt.Errorf("wrapped to %s, want 10.0.0.1", a.IP)
+		}
+		if err == nil {
+			_, _, err = m.Allocate(ctx, req("c3"))
+			if !errors.Is(err, ErrPoolExhausted) || !strings.Contains(err.Error(), "ipv4") {
+				err = fmt.Errorf("full IPv4: %v", err)
+			} else {
+				err = nil
+			}
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("allocation walked the IPv6 range")
+	}
+}

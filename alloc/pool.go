@@ -185,6 +185,17 @@ func (rs Ranges) Size(*State) int {
 	return n
 }
 
+// of are the ranges of family f.
+func (rs Ranges) of(f Family) Ranges {
+	var out Ranges
+	for _, r := range rs {
+		if FamilyOf(r.First) == f {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // FamilySize is Size of the ranges of family f.
 func (rs Ranges) FamilySize(f Family) int {
 	n := 0
