@@ -201,3 +201,70 @@ func checkPodSide(t *testing.T, pod ns.NetNS, p Pod) {
 		return nil
 	})
 }
+
+// TestSecondDualStackInterface: a second dual-stack interface of a pod
+// (Multus' net1) gets its gateway routes of both families in a table of
+// its own with `from` rules for both addresses, so replies to its
+// addresses leave by it; the first keeps the default routes in main;
+// CHECK passes for both, and DEL of net1 removes its pod-side rules.
+func TestSecondDualStackInterface(t *testing.T) {
+	node, pod := newNS(t), newPodNS(t)
+	eth0 := Pod{Netns: pod.Path(), IfName: "eth0", HostVeth: HostVethName("eni", "m", "eth0"),
+		IP: netip.MustParseAddr("10.0.6.1"), IP6: netip.MustParseAddr("fd00:6::1"), MTU: 1500}
+	net1 := Pod{Netns: pod.Path(), IfName: "net1", HostVeth: HostVethName("eni", "m", "net1"),
+		IP: netip.MustParseAddr("10.0.7.1"), IP6: netip.MustParseAddr("fd00:7::1"), MTU: 1500}
+	_ = node.Do(func(ns.NetNS) error {
+		addNodeAddrs(t)
+		for _, p := range []Pod{eth0, net1} {
+			if _, err := Setup(p); err != nil {
+				t.Fatalf("Setup %s: %v", p.IfName, err)
+			}
+		}
+		for _, p := range []Pod{eth0, net1} {
+			if l, err := Check(p); err != nil || l.Default != (p.IfName == "eth0") {
+				t.Errorf("Check %s: default %v, %v", p.IfName, l.Default, err)
+			}
+		}
+		return nil
+	})
+	table := podTable(ifIndex(t, pod.Path(), "net1"))
+	_ = pod.Do(func(ns.NetNS) error {
+		for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
+			rules, _ := netlink.RuleList(fam)
+			n := 0
+			for _, r := range rules {
+				if r.Priority == PodRulePriority && r.Table == table {
+					n++
+				}
+			}
+			if n != 1 {
+				t.Errorf("family %d: %d rules to table %d, want net1's one", fam, n, table)
+			}
+		}
+		return nil
+	})
+	if err := pingBothWays(node, pod, net1.addrs()); err != nil {
+		t.Errorf("through net1: %v", err)
+	}
+	if err := pingBothWays(node, pod, eth0.addrs()); err != nil {
+		t.Errorf("through eth0: %v", err)
+	}
+	_ = node.Do(func(ns.NetNS) error {
+		atts := []Attachment{{HostVeth: net1.HostVeth, IP: net1.IP, Netns: pod.Path(), IfName: "net1"}, {HostVeth: net1.HostVeth, IP: net1.IP6, Netns: pod.Path(), IfName: "net1"}}
+		if err := Unroute(atts); err != nil {
+			t.Fatal(err)
+		}
+		return DeleteVeths(net1.HostVeth)
+	})
+	_ = pod.Do(func(ns.NetNS) error {
+		for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
+			rules, _ := netlink.RuleList(fam)
+			for _, r := range rules {
+				if r.Priority == PodRulePriority {
+					t.Errorf("pod rule left after DEL of net1: %v", r)
+				}
+			}
+		}
+		return nil
+	})
+}
