@@ -15,6 +15,7 @@ import (
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/alloc/allocfake"
 	"github.com/eni-cni/eni-cni/gc"
+	"github.com/eni-cni/eni-cni/metrics"
 	"github.com/eni-cni/eni-cni/netconf"
 	"github.com/eni-cni/eni-cni/netsetup"
 )
@@ -212,6 +213,38 @@ func TestRepairDualStackVeth(t *testing.T) {
 		}
 		if a := plan.Add[0]; a.IP != netip.MustParseAddr("10.99.0.7") || a.IP6 != netip.MustParseAddr("fd00:99::7") || a.HostVeth != veth {
 			t.Errorf("rebuilt %+v", a)
+		}
+	}
+}
+
+// The pool metrics of a dual-stack network are per family, and a /64 of
+// IPv6 is counted, not walked.
+func TestPoolMetricsByFamily(t *testing.T) {
+	p, _, s := newFamilyPlugin(t, `["ipv4","ipv6"]`, "10.99.0.0/30", "fd00:99::/64")
+	ctx := context.Background()
+	if _, err := p.add(ctx, att("c1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.add(ctx, att("c2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.del(ctx, att("c2").Key, ""); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := s.Load()
+	var b strings.Builder
+	if err := metrics.Write(&b, poolFamilies(metrics.Label{Name: "network", Value: "pods"}, st, p.Cfg.Pool, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`eni_cni_pool_size{network="pods",eni="none",family="ipv4"} 2`,
+		`eni_cni_pool_size{network="pods",eni="none",family="ipv6"} 9.223372036854776e+18`,
+		`eni_cni_pool_addresses{network="pods",eni="none",family="ipv4",state="allocated"} 1`,
+		`eni_cni_pool_addresses{network="pods",eni="none",family="ipv6",state="cooling"} 1`,
+		`eni_cni_pool_addresses{network="pods",eni="none",family="ipv4",state="free"} 0`,
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("metrics lack %s:\n%s", want, b.String())
 		}
 	}
 }
