@@ -101,7 +101,7 @@ func (s EC2) ensureNodePort(ctx context.Context, a alloc.Allocation, sec *sectio
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := connmark.EnsureOnce(connmark.Spec{PrimaryMAC: primary.MAC, VethPrefix: s.Cfg.VethPrefix})
+		_, err := connmark.EnsureOnce(s.Cfg.StateDir, connmark.Spec{PrimaryMAC: primary.MAC, VethPrefix: s.Cfg.VethPrefix})
 		done <- err
 	}()
 	var err error
