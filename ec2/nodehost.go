@@ -34,7 +34,7 @@ type NodeHost struct {
 }
 
 func (h NodeHost) link(e section.ENI) netsetup.ENILink {
-	return netsetup.ENILink{MAC: e.MAC, MTU: h.MTU, Table: e.Table(), SubnetCIDR: e.SubnetCIDR, Gateway: e.Gateway()}
+	return netsetup.ENILink{MAC: e.MAC, MTU: h.MTU, Table: e.Table(), SubnetCIDR: e.SubnetCIDR, Gateway: e.Gateway(), Address: e.PrimaryIP}
 }
 
 // SetupENI waits for a newly attached ENI's link and sets up its table.

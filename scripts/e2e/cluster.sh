@@ -19,6 +19,8 @@
 #   cluster-join-N               kubeadm join on node N; it goes Ready; its kube-proxy Running
 #   pods-on-both-enis            web pods on every node, each node with pods on its
 #                                primary ENI and on a secondary one (per the fake's ENIs)
+#   nodeport-from-pod            a pod on either ENI -> its node's NodePort -> the other
+#                                node's pod (kube-proxy masquerades it out of the pod's ENI)
 #   ...                          (the traffic checks: see the cases below)
 #   hook                         $E2E_CLUSTER_HOOK, if set, exits 0
 #   kubeadm-reset                every node reset; every eni-cni address freed
@@ -559,6 +561,24 @@ check_nodeport_from_outside() {
 	pass "client $CLIENT_IP -> NodePort on every node -> the pod on node 1's and node 2's secondary ENI (same node and other node)"
 }
 
+# A pod dialing its own node's NodePort of a Service whose endpoint is on
+# the other node: kube-proxy masquerades the connection out of the pod's
+# ENI, so from a secondary ENI it must leave with that ENI's own address
+# (upstream's "Networking Granular Checks: Services should function for
+# endpoint-Service" failed so: the link had none and lent the primary's).
+check_nodeport_from_pod() {
+	for n in 1 2; do
+		m=$((3 - n))
+		np=$(k get svc "web-sec-$m" -o jsonpath='{.spec.ports[0].nodePort}')
+		for p in "${PRIM[$n]}" "${SEC[$n]}"; do
+			reply=$(pod_exec "$p" curl -s --max-time 5 "http://${NODE_IP[$n]}:$np/") ||
+				fail "$p (${POD_IP[$p]}, node $n) -> node $n's NodePort $np -> ${SEC[$m]} on node $m: no answer"
+			check_reply "$reply" "${SEC[$m]}"
+		done
+	done
+	pass "pods on both ENIs of each node -> their own node's NodePort -> the pod on the other node's secondary ENI"
+}
+
 check_hostport_from_outside() {
 	for n in $(seq "$NODES"); do
 		for p in "${PRIM[$n]}" "${SEC[$n]}"; do
@@ -708,6 +728,7 @@ traffic_check pod-to-pod-same-node
 traffic_check pod-to-pod-across-nodes
 traffic_check node-to-pod-across-nodes
 traffic_check nodeport-from-outside
+traffic_check nodeport-from-pod
 traffic_check hostport-from-outside
 traffic_check pod-to-internet-snat
 traffic_check pod-to-node-no-snat
