@@ -51,7 +51,7 @@
 #       localhost/eni-cni/web:test (scripts/web); kube-proxy's image carries
 #       this machine's iptables (Debian's, nft backend) and its libraries
 #   $TOOLS/conformance-v1.34.2/e2e-network.test (+ .stamp)  with --with-conformance
-#   $TOOLS/conformance-v1.34.2/bin/{agnhost,pause}
+#   $TOOLS/conformance-v1.34.2/bin/{agnhost,pause,ginkgo}
 #   $TOOLS/conformance-v1.34.2/images.tar (+ images.stamp): one docker-archive,
 #       tags localhost/eni-cni-e2e/{agnhost:2.56,jessie-dnsutils:1.7,
 #       busybox:1.37.0-1,nginx:1.14-4,pause:3.10.1}, the names and versions
@@ -709,6 +709,23 @@ build_conformance_test() {
 	conf_test_stamp >"$CONF_DIR/e2e-network.test.stamp"
 }
 
+# conf_ginkgo_ver: the ginkgo the e2e binary links (the kubernetes module's
+# go.mod): the CLI that runs it in parallel must speak its protocol.
+conf_ginkgo_ver() {
+	local mod
+	mod=$(go mod download -json "$KUBE_MOD@$KUBE_VER" | jq -r '.GoMod // empty')
+	awk '$1 == "github.com/onsi/ginkgo/v2" { print $2; exit }' "$mod"
+}
+
+build_ginkgo() {
+	local ver
+	ver=$(conf_ginkgo_ver)
+	[ -n "$ver" ] || { echo "no github.com/onsi/ginkgo/v2 in $KUBE_MOD@$KUBE_VER's go.mod" >&2; return 1; }
+	GOBIN=$CONF_DIR/bin CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" "github.com/onsi/ginkgo/v2/ginkgo@$ver"
+	"$CONF_DIR/bin/ginkgo" version
+	echo "github.com/onsi/ginkgo/v2/ginkgo $ver" >"$CONF_DIR/bin/ginkgo.stamp"
+}
+
 build_agnhost() {
 	conf_build_in_copy "$CONF_DIR/bin/agnhost.new" ./test/images/agnhost
 	"$CONF_DIR/bin/agnhost.new" --version
@@ -823,6 +840,9 @@ install_conformance() {
 	fi
 	if [ ! -x "$CONF_DIR/bin/agnhost" ] || ! grep -qsx "$KUBE_MOD $KUBE_VER test/images/agnhost $CONF_AGNHOST_VER" "$CONF_DIR/bin/agnhost.stamp"; then
 		run_step "agnhost $CONF_AGNHOST_VER -> $CONF_DIR/bin/agnhost" build_agnhost
+	fi
+	if [ ! -x "$CONF_DIR/bin/ginkgo" ] || ! grep -qsx "github.com/onsi/ginkgo/v2/ginkgo $(conf_ginkgo_ver)" "$CONF_DIR/bin/ginkgo.stamp"; then
+		run_step "ginkgo CLI -> $CONF_DIR/bin/ginkgo" build_ginkgo
 	fi
 	# Cheap (seconds): rebuilt every time, so that it follows the source.
 	build_small_static pause "$REPO/scripts/pause" "$CONF_DIR/bin" >"$LOG" 2>&1 || { cat "$LOG" >&2; exit 1; }
