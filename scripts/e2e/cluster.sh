@@ -2,7 +2,8 @@
 # cluster suite: a multi-node kubeadm cluster on the ec2 pool, its nodes
 # joined through a simulated VPC, run for real on this machine, offline.
 # `kubeadm init` on node 1, `kubeadm join` on the others, kube-proxy
-# (iptables mode) and CoreDNS as kubeadm deploys them, `eni-cni install
+# (iptables mode, or nftables with E2E_PROXY_MODE=nftables) and CoreDNS as
+# kubeadm deploys them, `eni-cni install
 # --pool ec2` on every node, each node an instance of ONE fake EC2 world
 # (ec2/ec2fake/cmd/ec2fake; each node its own IMDS view) whose VPC fabric
 # carries the packets: a router namespace connecting the nodes' ENI links
@@ -44,7 +45,8 @@
 # checks use nodes 1 and 2, the pod checks every node); CLUSTER_INSTANCE_TYPE
 # [t3.small] (each node gets as many web pods as an ENI has addresses, so
 # some land on a secondary ENI; the node 1 control plane's 5 host-network
-# pods must fit in its maxPods).
+# pods must fit in its maxPods); E2E_PROXY_MODE [iptables] (or nftables:
+# kube-proxy's mode; its image carries nft).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -64,6 +66,8 @@ INSTANCE_TYPE=${CLUSTER_INSTANCE_TYPE:-t3.small} # 3 ENIs x 4 addresses: pods on
 VPC_CIDR=10.77.0.0/16
 SUBNET=10.77.0.0/20
 CLIENT_IP=10.77.32.10 # in the VPC, outside the cluster: a load balancer, another instance
+PROXY_MODE=${E2E_PROXY_MODE:-iptables}
+export E2E_PROXY_MODE=$PROXY_MODE # kadm_kubelet_config's KubeProxyConfiguration
 
 say() { printf 'cluster-e2e: %s\n' "$*"; }
 CASE=setup CASE_T0=$EPOCHREALTIME
@@ -272,6 +276,11 @@ world_up() {
 		[ -n "$(in_ns "node$n" ip -4 -o addr show dev ens5 2>/dev/null)" ] || return 1
 	done
 }
+
+# proxy_mode N: what node N's kube-proxy says it runs (its metrics
+# listener's /proxyMode); proxy_mode_is N: it is PROXY_MODE.
+proxy_mode() { on "$1" curl -s --max-time 2 http://127.0.0.1:10249/proxyMode 2>/dev/null; }
+proxy_mode_is() { [ "$(proxy_mode "$1")" = "$PROXY_MODE" ]; }
 
 # fabric_drops: what the VPC fabric dropped so far (source/destination
 # check on every ENI, unmapped sources toward the internet): 0 when healthy.
@@ -683,7 +692,8 @@ install_eni 1
 begin node-1-ready
 wait_for 90 node_ready "${NODE_NAME[1]}" || fail "node 1 not Ready 90 s after eni-cni install"
 wait_for 120 addons_ready || fail "kube-proxy or CoreDNS not Ready within 120 s"
-pass "node 1 Ready, kube-proxy Running, CoreDNS Ready"
+wait_for 30 proxy_mode_is 1 || fail "kube-proxy on node 1 runs in mode '$(proxy_mode 1)', want $PROXY_MODE"
+pass "node 1 Ready, kube-proxy Running ($PROXY_MODE mode), CoreDNS Ready"
 
 JOIN=$(k -n kube-system get cm kubeadm-config >/dev/null && on 1 kubeadm token create --print-join-command) ||
 	fail "kubeadm token create failed"
@@ -701,6 +711,7 @@ for n in $(seq 2 "$NODES"); do
 	begin "node-$n-ready"
 	wait_for 90 node_ready "${NODE_NAME[$n]}" || fail "node $n not Ready 90 s after eni-cni install"
 	wait_for 120 addons_ready || fail "kube-proxy or CoreDNS not Ready within 120 s"
+	wait_for 30 proxy_mode_is "$n" || fail "kube-proxy on node $n runs in mode '$(proxy_mode "$n")', want $PROXY_MODE"
 	pass "node $n Ready"
 done
 show k get nodes -o wide
