@@ -23,6 +23,10 @@
 #   nodeport-from-pod            a pod on either ENI -> its node's NodePort -> the other
 #                                node's pod (kube-proxy masquerades it out of the pod's ENI)
 #   ...                          (the traffic checks: see the cases below)
+#   selftest-NAME                (CLUSTER_SELFTEST=1) NAME taken away on node 1 makes
+#                                its check fail; warm puts it back, the check passes:
+#                                fwmark-rule (nodeport-from-outside), eni-address
+#                                (nodeport-from-pod), snat-chain (pod-to-internet-snat)
 #   hook                         $E2E_CLUSTER_HOOK, if set, exits 0
 #   kubeadm-reset                every node reset; every eni-cni address freed
 #   eni-cni-uninstall            conflist and binary gone on every node
@@ -561,7 +565,7 @@ check_node_to_pod_across_nodes() {
 check_nodeport_from_outside() {
 	for n in 1 2; do
 		np=$(k get svc "web-sec-$n" -o jsonpath='{.spec.ports[0].nodePort}')
-		wait_for 30 http_from_client_ok "${NODE_IP[$n]}" "$np" "${SEC[$n]}" || true
+		wait_for "${NODEPORT_WAIT:-30}" http_from_client_ok "${NODE_IP[$n]}" "$np" "${SEC[$n]}" || true
 		for m in $(seq "$NODES"); do
 			http_from_client "${NODE_IP[$m]}" "$np" "${SEC[$n]}"
 		done
@@ -663,6 +667,47 @@ check_src_dst_check_drops_zero() {
 	pass "the router's source/destination check and the internet gateway dropped nothing: $(jq -c '[.fabric.counters.ports[] | {port, dropped}]' "$WORLD")"
 }
 
+# ------------------------------------------------------------------ self-test
+# CLUSTER_SELFTEST=1: after the traffic checks, proof that they can fail:
+# what a check relies on is taken away on node 1 (warm loops stopped, so
+# nothing puts it back behind the test's back), the check must fail; one
+# `eni-cni warm` there must put it back and the check pass again.
+
+# selftest NAME CHECK: the sh script on stdin, run on node 1, takes NAME
+# away; CHECK must fail, then pass once warm has put NAME back.
+selftest() {
+	local name=$1 check=$2 log=$CLUSTER_RUN/logs/selftest-$1.log
+	begin "selftest-$name"
+	on 1 sh -es || fail "could not take $name away"
+	if (NODEPORT_WAIT=0 "check_${check//-/_}") >"$log" 2>&1; then
+		fail "$check passed without $name"
+	fi
+	eni 1 warm >>"$log" 2>&1 || fail "eni-cni warm on node 1 failed: $(tail -n 3 "$log")"
+	("check_${check//-/_}") >>"$log" 2>&1 || fail "$check still fails after warm put $name back: $(grep -m1 'FAIL' "$log")"
+	pass "$check fails without $name ($(grep -m1 -o 'FAIL .*' "$log" | cut -c1-160)) and passes once warm put it back"
+}
+
+selftests() {
+	local n
+	stop_warm_loops
+	echo "ip rule del priority $CONNMARK_PRIO" | selftest fwmark-rule nodeport-from-outside
+	# The secondary ENIs' own addresses, as before eni-cni put them there:
+	# the kernel drops a link's routes with its last address, so the ENI
+	# tables' routes are put back (sorted: the subnet's before the default
+	# via the gateway in it).
+	selftest eni-address nodeport-from-pod <<-'EOF'
+		for d in $(ip -o -4 addr show | awk '$2 != "lo" && $2 != "ens5" { print $2 }'); do
+			r=$(ip -4 route show table all dev "$d" | grep -Ev '^(local|broadcast) ' | sort)
+			ip -4 addr flush dev "$d"
+			echo "$r" | while read -r l; do ip route replace $l dev "$d"; done
+		done
+	EOF
+	echo "iptables -t nat -F ENI-CNI-SNAT" | selftest snat-chain pod-to-internet-snat
+	rm -f "$CLUSTER_RUN/stop-warm"
+	for n in $(seq "$NODES"); do start_warm_loop "$n"; done
+}
+CONNMARK_PRIO=1024 # netsetup/connmark.RulePriority
+
 # ------------------------------------------------------------------ cases
 
 T0=$EPOCHREALTIME
@@ -748,6 +793,7 @@ traffic_check coredns-across-nodes
 traffic_check api-server-via-kubernetes-service
 traffic_check src-dst-check-drops-zero
 [ ${#FAILED[@]} = 0 ] || { CASE=traffic; fail "failed: ${FAILED[*]}"; }
+[ "${CLUSTER_SELFTEST:-0}" != 1 ] || selftests
 
 begin kubectl-delete-frees-addresses
 k delete pods -l app=cluster-web --wait=true --timeout=60s >/dev/null || fail "kubectl delete of the web pods failed"
