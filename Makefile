@@ -7,7 +7,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 # Where scripts/install-test-deps.sh puts reference plugins, crictl, etc.
 export ENI_CNI_TOOLS ?= /opt/eni-cni-test
 
-.PHONY: build demo test test-unit test-privileged test-e2e test-kubelet test-daemonset test-kubeadm test-cluster deps-kubeadm test-conformance deps-conformance deps lint bench fleet install uninstall image clean stress fuzz
+.PHONY: build demo test test-unit test-privileged test-e2e test-kubelet test-daemonset test-kubeadm test-ready test-cluster deps-kubeadm test-conformance deps-conformance deps lint bench fleet install uninstall image clean stress fuzz
 
 # The shipped binary is the lean build (CNI verbs without grpc and the AWS
 # SDK) with two builds embedded (seam_lean.go): the ec2 build for warm and
@@ -82,6 +82,18 @@ deps-kubeadm:
 test-kubeadm: build deps-kubeadm
 	bash scripts/e2e/kubeadm.sh $(CURDIR)/$(BIN)
 
+# The readiness gate (readyWhenFilled) with a real containerd 2.x, kubelet and
+# API server: a one-node kubeadm cluster whose node is an instance of the fake
+# EC2 world, eni-cni install --pool ec2 --cni-version 1.1.0 while the fake
+# refuses addresses (ec2fake --faults): the node stays NotReady with our
+# reason and a pod stays Pending; the fault cleared, the node turns Ready by
+# itself and the pod runs on an ENI address (scripts/e2e/ready.sh, 50-75 s).
+# READY_CONTAINERD=1: the same on containerd 1.6, which never calls STATUS
+# (the node is Ready with an empty pool).
+test-ready: build
+	bash scripts/install-test-deps.sh --with-containerd2 --with-kubeadm
+	READY_CONTAINERD=$(or $(READY_CONTAINERD),2) bash scripts/e2e/ready.sh $(CURDIR)/$(BIN)
+
 # A multi-node kubeadm cluster on the ec2 pool: kubeadm init on node 1, join
 # on node 2, eni-cni install --pool ec2 on each against one fake EC2 world
 # whose VPC fabric (router with the source/destination check, an internet
@@ -120,6 +132,7 @@ test: deps lint build
 	$(MAKE) --no-print-directory test-kubelet
 	$(MAKE) --no-print-directory test-daemonset
 	$(MAKE) --no-print-directory test-kubeadm
+	$(MAKE) --no-print-directory test-ready
 	$(MAKE) --no-print-directory test-cluster E2E_PROXY_MODE=nftables CLUSTER_SELFTEST=1
 	$(MAKE) --no-print-directory test-conformance
 

@@ -269,9 +269,11 @@ addons_ready() {
 
 # kadm_node_setup: in the node's private mount namespace: the run dir
 # (e2e_init), the node's paths (kadm_node_paths), HOME in the run dir
-# (kubectl's cache, ~/.kube, stays there too).
+# (kubectl's cache, ~/.kube, stays there too). The runtime is containerd
+# 1.6 unless the suite sets KADM_CONTAINERD=2 (lib.sh's E2E_CONTAINERD);
+# a caller's E2E_CONTAINERD is not taken, as a suite's checks depend on it.
 kadm_node_setup() {
-	E2E_CONTAINERD=1
+	E2E_CONTAINERD=${KADM_CONTAINERD:-1}
 	E2E_NETNS_UNDER_STATE=1
 	E2E_PAUSE_TAR=$KADM_DIR/images.tar # every image kubeadm wants, pause included
 	E2E_PAUSE_IMAGE=$REPO/pause:3.10.1

@@ -36,6 +36,13 @@
 // address without a public mapping, i.e. not an instance's primary) and
 // dropped, their sum, which stays 0 on a healthy cluster. It is rewritten
 // after every EC2 call and every second.
+//
+// --faults FILE makes EC2 calls fail or hang while the fake runs, for as
+// long as FILE says so (read before every call): a line
+// "AssignPrivateIpAddresses InsufficientFreeAddressesInSubnet" fails that
+// action with that error code, "CreateNetworkInterface hang" holds its calls
+// until the line is gone, "*" names every action. Emptying or removing the
+// file clears them: the held calls go on and the next calls succeed.
 package main
 
 import (
@@ -70,6 +77,7 @@ type options struct {
 	links, linksPeer  string
 	instances         instanceList
 	router, internet  string
+	faults            string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -97,6 +105,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.Var(&o.instances, "instance", "an instance of the world (repeat for more; the first is the one --instance-type etc. describe): comma-separated id=, type=, ip=, subnet=, az=, netns= (its node's network namespace path), listen= (loopback address there, default 127.0.0.1:0), env-file=")
 	fs.StringVar(&o.router, "router-netns", "", "run the VPC fabric: the router's network namespace (path); each --instance needs netns=")
 	fs.StringVar(&o.internet, "internet-netns", "", "with --router-netns: the internet's network namespace (path), behind the router")
+	fs.StringVar(&o.faults, "faults", "", "file read before every EC2 call, edited while the fake runs: each line ACTION CODE makes that action (or * for all) fail with the EC2 error CODE, ACTION hang holds its calls until the line is gone; empty or absent: no fault")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -283,11 +292,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		srv.OnLink(hv.attach)
 	}
 	d := &describer{srv: srv, o: o, stderr: stderr}
-	if err := serve(srv, o, d); err != nil {
+	wrap := d.wrap
+	if o.faults != "" {
+		ff := newFaultFile(o.faults, srv, stderr)
+		wrap = func(h http.Handler) http.Handler { return d.wrap(ff.wrap(h)) }
+	}
+	if err := serve(srv, o, wrap); err != nil {
 		return err
 	}
 	defer srv.Close()
-	w, err := launch(srv, o, d.wrap, stderr)
+	w, err := launch(srv, o, wrap, stderr)
 	if w != nil && w.fabric != nil {
 		defer w.fabric.Close()
 	}
@@ -315,13 +329,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 // serve starts the world's listeners (the first instance's IMDS and the
-// EC2 API) in this process's namespace; with --describe it serves through
-// handlers that refresh the description file.
-func serve(srv *ec2fake.Server, o *options, d *describer) error {
+// EC2 API) in this process's namespace, through wrap (--describe
+// refreshes the description file after each call, --faults applies before).
+func serve(srv *ec2fake.Server, o *options, wrap func(http.Handler) http.Handler) error {
 	if o.ec2Listen == "" {
-		return srv.StartHandlers(o.listen, d.wrap(srv), "", nil)
+		return srv.StartHandlers(o.listen, wrap(srv), "", nil)
 	}
-	return srv.StartHandlers(o.listen, srv.IMDSHandler(), o.ec2Listen, d.wrap(srv.EC2Handler()))
+	return srv.StartHandlers(o.listen, srv.IMDSHandler(), o.ec2Listen, wrap(srv.EC2Handler()))
 }
 
 func main() {
