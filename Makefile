@@ -110,7 +110,7 @@ test-conformance: build deps-conformance
 test: deps lint build
 	ENI_CNI_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -race -timeout 30m ./...
 	$(GO) test -count=1 -tags lean -run '^TestEmbedded' .
-	$(GO) test -count=1 -tags "$(EC2_TAGS)" -run '^TestEC2Build' .
+	$(GO) test -count=1 -tags "$(EC2_TAGS)" .
 	$(MAKE) --no-print-directory fuzz FUZZTIME=15s FUZZ_TARGETS=./plugin:FuzzVerb
 	$(MAKE) --no-print-directory stress STRESS_DURATION=60s
 	$(MAKE) --no-print-directory test-e2e

@@ -22,10 +22,10 @@ func TestEmbeddedDigest(t *testing.T) {
 // The ec2 build runs the EC2 pool's commands, the full build the rest, and
 // each knows the other as current (or each run would unpack it again).
 func TestEmbeddedBuildPerCommand(t *testing.T) {
-	if b := embedded("warm").Build; b.Name != "ec2" || b.Digest != strings.TrimSpace(ec2Digest) || b.Siblings[0] != strings.TrimSpace(fullDigest) {
+	if b := embedded("warm").Build; b.Name != "ec2" || b.Digest != strings.TrimSpace(ec2Digest) || len(b.Siblings) != 1 || b.Siblings[0].Name != "full" || b.Siblings[0].Digest != strings.TrimSpace(fullDigest) {
 		t.Errorf("warm runs %s %s (siblings %v)", b.Name, b.Digest, b.Siblings)
 	}
-	if b := embedded("gc").Build; b.Name != "full" || b.Digest != strings.TrimSpace(fullDigest) || b.Siblings[0] != strings.TrimSpace(ec2Digest) {
+	if b := embedded("gc").Build; b.Name != "full" || b.Digest != strings.TrimSpace(fullDigest) || len(b.Siblings) != 1 || b.Siblings[0].Name != "ec2" || b.Siblings[0].Digest != strings.TrimSpace(ec2Digest) {
 		t.Errorf("gc runs %s %s (siblings %v)", b.Name, b.Digest, b.Siblings)
 	}
 }

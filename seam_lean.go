@@ -39,11 +39,14 @@ var ec2Digest string
 
 // embedded is the build that runs cmd.
 func embedded(cmd string) delegate.Full {
-	fullD, ec2D := strings.TrimSpace(fullDigest), strings.TrimSpace(ec2Digest)
+	ec2B := fullexec.Build{Name: "ec2", Data: ec2Binary, Digest: strings.TrimSpace(ec2Digest)}
+	fullB := fullexec.Build{Name: "full", Data: fullBinary, Digest: strings.TrimSpace(fullDigest)}
 	if inEC2Build(cmd) {
-		return delegate.Full{Build: fullexec.Build{Name: "ec2", Data: ec2Binary, Digest: ec2D, Siblings: []string{fullD}}}
+		ec2B.Siblings = []fullexec.Build{fullB}
+		return delegate.Full{Build: ec2B}
 	}
-	return delegate.Full{Build: fullexec.Build{Name: "full", Data: fullBinary, Digest: fullD, Siblings: []string{ec2D}}}
+	fullB.Siblings = []fullexec.Build{ec2B}
+	return delegate.Full{Build: fullB}
 }
 
 // full serves the EC2 provider's IMDS reads and warm command through the

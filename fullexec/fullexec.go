@@ -48,10 +48,10 @@ type Build struct {
 	Name   string
 	Data   []byte
 	Digest string
-	// Siblings are the digests of the other builds the same binary
-	// carries: their cached copies, records and markers are current, not
-	// an old version's to remove.
-	Siblings []string
+	// Siblings are the other builds the same binary carries (their Name
+	// and Digest): their cached copies, records and markers are current,
+	// not an old version's to remove.
+	Siblings []Build
 }
 
 // filePrefix starts the names of cached builds: filePrefix + the build's
@@ -71,22 +71,20 @@ func CachedBuilds(dir string) ([]string, error) {
 	return filepath.Glob(filepath.Join(dir, filePrefix+"*"))
 }
 
-func (b Build) short() string { return shortDigest(b.Digest) }
-
-func shortDigest(digest string) string {
-	if len(digest) < 16 {
-		return digest
+func (b Build) short() string {
+	if len(b.Digest) < 16 {
+		return b.Digest
 	}
-	return digest[:16]
+	return b.Digest[:16]
 }
 
-// current reports whether a cache entry (a build, its record or its noexec
-// marker) belongs to b or to one of its siblings: named after one of their
-// digests.
+// current reports whether a cache entry is the cached copy, record or
+// noexec marker of b or of one of its siblings: exactly their names, so
+// that a file carrying a current digest under another name (planted, or
+// left by hand) goes like any other.
 func (b Build) current(entry string) bool {
-	for _, d := range append([]string{b.Digest}, b.Siblings...) {
-		short := shortDigest(d)
-		if short != "" && (strings.HasSuffix(entry, "-"+short) || entry == recordPrefix+short || entry == ".noexec-"+short) {
+	for _, s := range append([]Build{b}, b.Siblings...) {
+		if s.Digest != "" && (entry == s.name() || entry == recordName(s) || entry == noExecMarker(s)) {
 			return true
 		}
 	}

@@ -316,14 +316,16 @@ func TestOtherBuildsRemoved(t *testing.T) {
 
 // The other builds of the same binary are current: caching one must not
 // remove the others' copies, records or markers (each would then unpack and
-// hash again on every other run), while an old version's go.
+// hash again on every other run), while an old version's go, and so does
+// a file carrying a current digest under another build's name.
 func TestSiblingBuildsStay(t *testing.T) {
 	b, dir := selfBuild(t), cacheDirIn(t)
 	mkdir(t, dir, 0o700)
 	sibling := "fedcba98765432100123456789abcdef0123456789abcdef0123456789abcdef"
-	b.Siblings = []string{sibling}
+	b.Siblings = []Build{{Name: "ec2", Digest: sibling}}
 	keep := []string{filePrefix + "ec2-fedcba9876543210", ".verified-fedcba9876543210", ".noexec-fedcba9876543210"}
-	old := []string{filePrefix + "ec2-0123456789abcdef", ".verified-0123456789abcdef"}
+	old := []string{filePrefix + "ec2-0123456789abcdef", ".verified-0123456789abcdef",
+		filePrefix + "full-fedcba9876543210", filePrefix + "ec2-" + b.short(), filePrefix + "x-" + b.short()}
 	for _, n := range append(keep, old...) {
 		if err := os.WriteFile(filepath.Join(dir, n), []byte("x"), 0o700); err != nil {
 			t.Fatal(err)
