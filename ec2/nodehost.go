@@ -29,10 +29,12 @@ type NodeHost struct {
 	// witness of the marking's last look that found it intact, so that a
 	// pass on unchanged tables runs no iptables ("": no memory).
 	MarkSeen string
+	// StateDir holds the marking's lock (connmark.LockName).
+	StateDir string
 }
 
 func (h NodeHost) link(e section.ENI) netsetup.ENILink {
-	return netsetup.ENILink{MAC: e.MAC, MTU: h.MTU, Table: e.Table(), SubnetCIDR: e.SubnetCIDR, Gateway: e.Gateway()}
+	return netsetup.ENILink{MAC: e.MAC, MTU: h.MTU, Table: e.Table(), SubnetCIDR: e.SubnetCIDR, Gateway: e.Gateway(), Address: e.PrimaryIP}
 }
 
 // SetupENI waits for a newly attached ENI's link and sets up its table.
@@ -141,7 +143,7 @@ func (h NodeHost) nodePort(e section.ENI) (missing, made []string, fresh bool, e
 	if err == nil {
 		present, perr := connmark.Present()
 		fresh = perr == nil && !present
-		changed, err = connmark.Ensure(spec)
+		changed, err = connmark.Ensure(h.StateDir, spec)
 	}
 	switch {
 	case errors.Is(err, connmark.ErrNoLink):

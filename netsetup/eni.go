@@ -22,6 +22,13 @@ type ENILink struct {
 	Table      int          // policy-routing table of the ENI
 	SubnetCIDR netip.Prefix // routed on the link in Table
 	Gateway    netip.Addr   // the subnet's VPC router, default route of Table
+	// Address is the ENI's primary private address, put on the link
+	// without a route: the kernel picks a link's own address as the
+	// source when it masquerades traffic leaving by it (kube-proxy does
+	// for a pod on this ENI dialing a NodePort whose endpoint is on
+	// another node). A link without one lends the primary ENI's, which
+	// the VPC's source/destination check drops. Invalid: none.
+	Address netip.Addr
 }
 
 // ErrNoLink reports an ENI whose link has not (yet) appeared on the node.
@@ -67,7 +74,39 @@ func ReassertENI(e ENILink) (repaired string, err error) {
 			return "", fmt.Errorf("add route %s to table %d: %w", r, e.Table, err)
 		}
 	}
+	if err := ensureENIAddr(link, e); err != nil {
+		return "", err
+	}
 	return fmt.Sprintf("%s (table %d): %s", name, e.Table, strings.Join(missing, ", ")), nil
+}
+
+// ensureENIAddr puts e.Address on the link with the subnet's length, as
+// DHCP would, but no prefix route: the subnet stays routed by the primary
+// ENI in main, and by this link only in its own table.
+func ensureENIAddr(link netlink.Link, e ENILink) error {
+	if !e.Address.IsValid() || hasAddr(link, e.Address) {
+		return nil
+	}
+	a := &netlink.Addr{IPNet: &net.IPNet{IP: e.Address.AsSlice(), Mask: net.CIDRMask(e.SubnetCIDR.Bits(), 32)}, Flags: unix.IFA_F_NOPREFIXROUTE}
+	if err := netlink.AddrAdd(link, a); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("add address %s to %s: %w", e.Address, link.Attrs().Name, err)
+	}
+	return nil
+}
+
+// hasAddr says whether the link carries ip, whatever its length: a DHCP
+// client of the node's image may have put it there first.
+func hasAddr(link netlink.Link, ip netip.Addr) bool {
+	addrs, err := netlinksafe.AddrList(link, unix.AF_INET)
+	if err != nil {
+		return false
+	}
+	for _, a := range addrs {
+		if got, ok := netip.AddrFromSlice(a.IP); ok && got.Unmap() == ip {
+			return true
+		}
+	}
+	return false
 }
 
 func rpFilterPath(link string) string { return "/proc/sys/net/ipv4/conf/" + link + "/rp_filter" }
@@ -103,7 +142,7 @@ func WaitENI(ctx context.Context, e ENILink) error {
 }
 
 // eniMissing lists what the ENI's link lacks: up, MTU, loose rp_filter,
-// the subnet route and the default route of its table.
+// its address, the subnet route and the default route of its table.
 func eniMissing(link netlink.Link, e ENILink) []string {
 	var out []string
 	if link.Attrs().Flags&net.FlagUp == 0 {
@@ -114,6 +153,9 @@ func eniMissing(link netlink.Link, e ENILink) []string {
 	}
 	if b, err := os.ReadFile(rpFilterPath(link.Attrs().Name)); err != nil || strings.TrimSpace(string(b)) != "2" {
 		out = append(out, "strict rp_filter")
+	}
+	if e.Address.IsValid() && !hasAddr(link, e.Address) {
+		out = append(out, "address "+e.Address.String())
 	}
 	filter := &netlink.Route{Table: e.Table, LinkIndex: link.Attrs().Index}
 	routes, err := netlinksafe.RouteListFiltered(unix.AF_INET, filter, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_OIF)

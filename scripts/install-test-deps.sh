@@ -49,16 +49,17 @@
 #       docker-archive, tags localhost/eni-cni-kubeadm/<kubeadm's image>:<its tag>
 #       (kubeadm's imageRepository: localhost/eni-cni-kubeadm) and
 #       localhost/eni-cni/web:test (scripts/web); kube-proxy's image carries
-#       this machine's iptables (Debian's, nft backend) and its libraries
+#       this machine's iptables (Debian's, nft backend) and nft (nftables
+#       mode), and their libraries
 #   $TOOLS/conformance-v1.34.2/e2e-network.test (+ .stamp)  with --with-conformance
-#   $TOOLS/conformance-v1.34.2/bin/{agnhost,pause}
+#   $TOOLS/conformance-v1.34.2/bin/{agnhost,pause,ginkgo}
 #   $TOOLS/conformance-v1.34.2/images.tar (+ images.stamp): one docker-archive,
 #       tags localhost/eni-cni-e2e/{agnhost:2.56,jessie-dnsutils:1.7,
 #       busybox:1.37.0-1,nginx:1.14-4,pause:3.10.1}, the names and versions
 #       v1.34.2's test/utils/image/manifest.go gives them
 #   $TOOLS/conformance-v1.34.2/repo-list.yaml: the --kube-test-repo-list that
 #       points the framework at those names
-# plus apt: iproute2 iptables iputils-ping jq curl containerd runc time, each
+# plus apt: iproute2 iptables nftables iputils-ping jq curl containerd runc time yq, each
 # only if missing. A container runtime that Debian's containerd/runc packages
 # would replace or shadow (Docker's containerd.io, a hand-installed binary) is
 # never touched: the script stops and says so (see check_runtime).
@@ -80,7 +81,7 @@ KUBE_MOD=k8s.io/kubernetes
 KUBE_VER=v1.34.2
 KUBE_STAGING_VER=v0.34.2
 PAUSE_TAG=localhost/eni-cni/pause:test
-APT_PACKAGES=(iproute2 iptables iputils-ping jq curl containerd runc time yq)
+APT_PACKAGES=(iproute2 iptables nftables iputils-ping jq curl containerd runc time yq)
 # Debian packages that carry a container runtime: each must be Debian's own
 # or absent, never installed over another one.
 RUNTIME_PACKAGES=(containerd runc)
@@ -540,6 +541,22 @@ iptables_rootfs() {
 	chroot "$d" /usr/sbin/iptables-save --version
 }
 
+# nft_rootfs DIR: the host's nft (Debian's nftables) copied into DIR with the
+# libraries it loads: kube-proxy's nftables mode runs nft, as the official
+# image carries it.
+nft_rootfs() {
+	local d=$1 nft l
+	nft=$(readlink -f "$(command -v nft)") || { echo "nft not installed (Debian's nftables)" >&2; return 1; }
+	mkdir -p "$d/usr/sbin" "$d/etc"
+	cp "$nft" "$d/usr/sbin/nft"
+	for l in $(ldd "$nft" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' | sort -u); do
+		mkdir -p "$d$(dirname "$l")"
+		cp -L "$l" "$d$l"
+	done
+	cp /etc/ld.so.cache "$d/etc/"
+	chroot "$d" /usr/sbin/nft --version
+}
+
 # build_small_static NAME SRCDIR [OUTDIR]: a one-file static Go program of
 # this repository (scripts/pause, scripts/web), in its own throwaway module so
 # that it does not depend on the repository's go.mod; into OUTDIR (default
@@ -597,7 +614,7 @@ docker_archive() {
 kubeadm_images_stamp() {
 	{
 		(cd "$KUBEADM_DIR/bin" && sha256sum kube-apiserver kube-controller-manager kube-scheduler kube-proxy etcd coredns pause web)
-		sha256sum "$(readlink -f "$(command -v xtables-nft-multi)")"
+		sha256sum "$(readlink -f "$(command -v xtables-nft-multi)")" "$(readlink -f "$(command -v nft)")"
 		echo "$KUBEADM_REPO $KUBE_VER $ETCD_TAG $COREDNS_VER $KUBEADM_PAUSE_TAG $WEB_TAG"
 	} | sha256sum | cut -d' ' -f1
 }
@@ -609,6 +626,7 @@ build_kubeadm_images() {
 		cp "$KUBEADM_DIR/bin/$c" "$r/$c/usr/local/bin/$c"
 	done
 	iptables_rootfs "$r/kube-proxy"
+	nft_rootfs "$r/kube-proxy"
 	mkdir -p "$r/pause" "$r/web" "$r/coredns"
 	cp "$KUBEADM_DIR/bin/coredns" "$r/coredns/coredns"
 	cp "$KUBEADM_DIR/bin/pause" "$r/pause/pause"
@@ -707,6 +725,23 @@ build_conformance_test() {
 	"$CONF_DIR/e2e-network.test.new" --version
 	mv "$CONF_DIR/e2e-network.test.new" "$CONF_DIR/e2e-network.test"
 	conf_test_stamp >"$CONF_DIR/e2e-network.test.stamp"
+}
+
+# conf_ginkgo_ver: the ginkgo the e2e binary links (the kubernetes module's
+# go.mod): the CLI that runs it in parallel must speak its protocol.
+conf_ginkgo_ver() {
+	local mod
+	mod=$(go mod download -json "$KUBE_MOD@$KUBE_VER" | jq -r '.GoMod // empty')
+	awk '$1 == "github.com/onsi/ginkgo/v2" { print $2; exit }' "$mod"
+}
+
+build_ginkgo() {
+	local ver
+	ver=$(conf_ginkgo_ver)
+	[ -n "$ver" ] || { echo "no github.com/onsi/ginkgo/v2 in $KUBE_MOD@$KUBE_VER's go.mod" >&2; return 1; }
+	GOBIN=$CONF_DIR/bin CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" "github.com/onsi/ginkgo/v2/ginkgo@$ver"
+	"$CONF_DIR/bin/ginkgo" version
+	echo "github.com/onsi/ginkgo/v2/ginkgo $ver" >"$CONF_DIR/bin/ginkgo.stamp"
 }
 
 build_agnhost() {
@@ -823,6 +858,9 @@ install_conformance() {
 	fi
 	if [ ! -x "$CONF_DIR/bin/agnhost" ] || ! grep -qsx "$KUBE_MOD $KUBE_VER test/images/agnhost $CONF_AGNHOST_VER" "$CONF_DIR/bin/agnhost.stamp"; then
 		run_step "agnhost $CONF_AGNHOST_VER -> $CONF_DIR/bin/agnhost" build_agnhost
+	fi
+	if [ ! -x "$CONF_DIR/bin/ginkgo" ] || ! grep -qsx "github.com/onsi/ginkgo/v2/ginkgo $(conf_ginkgo_ver)" "$CONF_DIR/bin/ginkgo.stamp"; then
+		run_step "ginkgo CLI -> $CONF_DIR/bin/ginkgo" build_ginkgo
 	fi
 	# Cheap (seconds): rebuilt every time, so that it follows the source.
 	build_small_static pause "$REPO/scripts/pause" "$CONF_DIR/bin" >"$LOG" 2>&1 || { cat "$LOG" >&2; exit 1; }

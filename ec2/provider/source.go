@@ -70,7 +70,7 @@ func (s EC2) Prepare(ctx context.Context, a alloc.Allocation, sec *section.EC2) 
 	if err != nil || e.Table() == 0 {
 		return netsetup.Routing{}, err
 	}
-	link := netsetup.ENILink{MAC: e.MAC, MTU: s.Cfg.MTU, Table: e.Table(), SubnetCIDR: e.SubnetCIDR, Gateway: e.Gateway()}
+	link := netsetup.ENILink{MAC: e.MAC, MTU: s.Cfg.MTU, Table: e.Table(), SubnetCIDR: e.SubnetCIDR, Gateway: e.Gateway(), Address: e.PrimaryIP}
 	if err := netsetup.EnsureENI(link); err != nil {
 		return netsetup.Routing{}, fmt.Errorf("set up %s (%s) for %s: %w", e.ID, e.MAC, a.IP, err)
 	}
@@ -101,7 +101,7 @@ func (s EC2) ensureNodePort(ctx context.Context, a alloc.Allocation, sec *sectio
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := connmark.EnsureOnce(connmark.Spec{PrimaryMAC: primary.MAC, VethPrefix: s.Cfg.VethPrefix})
+		_, err := connmark.EnsureOnce(s.Cfg.StateDir, connmark.Spec{PrimaryMAC: primary.MAC, VethPrefix: s.Cfg.VethPrefix})
 		done <- err
 	}()
 	var err error

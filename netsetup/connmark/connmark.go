@@ -27,9 +27,20 @@ package connmark
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/coreos/go-iptables/iptables"
+
+	"github.com/eni-cni/eni-cni/lockfile"
 )
+
+// LockName is the file in the state directory Ensure holds while it
+// rewrites the chain: the first ADDs of a boot run it in parallel, and
+// with warm's pass, and iptables has no transaction that spans a check and
+// the change it decides (two creates of the chain, two jumps, the chain
+// cleared by one while the other appends: its rules twice).
+const LockName = "connmark.lock"
 
 // Chain is the mangle chain eni-cni owns. Everything in it is rewritten
 // when it drifts; nothing else on the node is touched but the one jump.
@@ -118,12 +129,18 @@ var jump = []string{"-m", "comment", "--comment", comment, "-j", Chain}
 // Ensure makes the node hold the chain, its jump, the fwmark rule and loose
 // rp_filter on the primary link, and says what it had to (re)make: nothing
 // when all was in place (a list and a few checks), so warm can run it every
-// pass and heal a flushed mangle table or a lost rule.
-func Ensure(s Spec) (changed []string, err error) {
+// pass and heal a flushed mangle table or a lost rule. It holds LockName in
+// stateDir while it works.
+func Ensure(stateDir string, s Spec) (changed []string, err error) {
 	primary, ipt, err := s.onNode()
 	if err != nil {
 		return nil, err
 	}
+	lk, err := lock(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	defer lk.Close()
 	changed, err = ensureChain(ipt, Rules(s, primary))
 	if err != nil {
 		return changed, err
@@ -143,11 +160,28 @@ func Ensure(s Spec) (changed []string, err error) {
 	return changed, nil
 }
 
+// lock takes LockName in stateDir; closing the file releases it.
+func lock(stateDir string) (*lockfile.File, error) {
+	if stateDir == "" {
+		return nil, errors.New("connmark needs the state directory for its lock")
+	}
+	path := filepath.Join(stateDir, LockName)
+	lk, err := lockfile.Open(path, os.O_CREATE|os.O_RDONLY)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	if err := lk.Lock(); err != nil {
+		lk.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return lk, nil
+}
+
 // EnsureOnce is Ensure for the first ADD of a boot: when the fwmark rule is
 // there (Ensure writes it last, and nothing of this survives a reboot) it
-// returns after one rule dump, without running iptables. Keeping the rest
-// in shape is warm's every-pass Ensure.
-func EnsureOnce(s Spec) (changed []string, err error) {
+// returns after one rule dump, without running iptables or taking the
+// lock. Keeping the rest in shape is warm's every-pass Ensure.
+func EnsureOnce(stateDir string, s Spec) (changed []string, err error) {
 	rules, err := ourRules()
 	if err != nil {
 		return nil, err
@@ -155,7 +189,7 @@ func EnsureOnce(s Spec) (changed []string, err error) {
 	if hasRule(rules, s.mark()) {
 		return nil, nil
 	}
-	return Ensure(s)
+	return Ensure(stateDir, s)
 }
 
 // ensureChain makes the mangle chain hold exactly want and PREROUTING jump
@@ -166,12 +200,8 @@ func ensureChain(ipt *iptables.IPTables, want [][]string) (changed []string, err
 		return nil, fmt.Errorf("look for chain %s: %w", Chain, err)
 	}
 	if !exists {
-		// Two first ADDs of a boot may race here: the other's chain is
-		// as good as ours.
 		if err := ipt.NewChain("mangle", Chain); err != nil {
-			if again, _ := ipt.ChainExists("mangle", Chain); !again {
-				return nil, fmt.Errorf("create chain %s: %w", Chain, err)
-			}
+			return nil, fmt.Errorf("create chain %s: %w", Chain, err)
 		}
 	}
 	same, err := holds(ipt, want)
@@ -273,9 +303,10 @@ func removeChain() (bool, error) {
 	if !exists {
 		return false, nil
 	}
-	// Every jump: two first ADDs of a boot racing in Ensure may each have
-	// inserted one, and a chain still jumped to cannot be deleted. (A
-	// chain without its jump can be there: half an uninstall.)
+	// Every jump: two first ADDs of a boot racing in the Ensure of an
+	// earlier release (before LockName) may each have inserted one, and a
+	// chain still jumped to cannot be deleted. (A chain without its jump
+	// can be there: half an uninstall.)
 	for range 16 {
 		ok, err := ipt.Exists("mangle", "PREROUTING", jump...)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,7 +37,7 @@ func TestEnsureRefusesMissingFacts(t *testing.T) {
 		"no primary MAC": {VethPrefix: "eni"},
 		"no veth prefix": {PrimaryMAC: testMAC},
 	} {
-		if _, err := Ensure(s); err == nil {
+		if _, err := Ensure(t.TempDir(), s); err == nil {
 			t.Errorf("Ensure with %s accepted", name)
 		}
 		if _, err := Check(s); err == nil {
@@ -62,7 +63,7 @@ func TestEnsureIdempotentRepairsAndRemoves(t *testing.T) {
 		if miss, err := Check(spec); err != nil || len(miss) != 3 {
 			t.Errorf("Check before Ensure: %q, %v; want chain, rule, rp_filter", miss, err)
 		}
-		changed, err := Ensure(spec)
+		changed, err := Ensure(t.TempDir(), spec)
 		if err != nil || len(changed) != 4 {
 			t.Fatalf("first Ensure: changed %q, err %v; want chain, jump, rule, rp_filter", changed, err)
 		}
@@ -82,7 +83,7 @@ func TestEnsureIdempotentRepairsAndRemoves(t *testing.T) {
 			t.Errorf("ip rule lacks %q:\n%s", wantRule, r)
 		}
 		assertClean(t, spec, "after Ensure")
-		if changed, err := Ensure(spec); err != nil || len(changed) != 0 {
+		if changed, err := Ensure(t.TempDir(), spec); err != nil || len(changed) != 0 {
 			t.Errorf("second Ensure: changed %q, err %v", changed, err)
 		}
 		if now := run(t, "iptables", "-t", "mangle", "-S"); now != first {
@@ -102,7 +103,7 @@ func TestEnsureIdempotentRepairsAndRemoves(t *testing.T) {
 			if miss, err := Check(spec); err != nil || len(miss) != 1 {
 				t.Errorf("%s: Check says %q, %v; want one thing missing", c.what, miss, err)
 			}
-			if changed, err := Ensure(spec); err != nil || len(changed) != 1 || !strings.Contains(changed[0], c.want) {
+			if changed, err := Ensure(t.TempDir(), spec); err != nil || len(changed) != 1 || !strings.Contains(changed[0], c.want) {
 				t.Errorf("%s: Ensure changed %q, err %v; want %s put back", c.what, changed, err, c.want)
 			}
 			assertClean(t, spec, "after repairing a "+c.what)
@@ -165,7 +166,7 @@ func TestRemoveTakesEveryJump(t *testing.T) {
 	node := nodeNS(t)
 	err := node.Do(func(ns.NetNS) error {
 		primaryLink(t, "ens5")
-		if _, err := Ensure(Spec{PrimaryMAC: testMAC, VethPrefix: "eni"}); err != nil {
+		if _, err := Ensure(t.TempDir(), Spec{PrimaryMAC: testMAC, VethPrefix: "eni"}); err != nil {
 			t.Fatal(err)
 		}
 		run(t, append([]string{"iptables", "-t", "mangle", "-I", "PREROUTING", "1"}, jump...)...)
@@ -185,7 +186,7 @@ func TestRemoveTakesEveryJump(t *testing.T) {
 func TestEnsureWithoutThePrimaryLink(t *testing.T) {
 	node := nodeNS(t)
 	err := node.Do(func(ns.NetNS) error {
-		_, err := Ensure(Spec{PrimaryMAC: testMAC, VethPrefix: "eni"})
+		_, err := Ensure(t.TempDir(), Spec{PrimaryMAC: testMAC, VethPrefix: "eni"})
 		if err == nil || !strings.Contains(err.Error(), testMAC) {
 			t.Errorf("Ensure without a link carrying %s: %v", testMAC, err)
 		}
@@ -277,13 +278,13 @@ func TestEnsureOnce(t *testing.T) {
 	err := node.Do(func(ns.NetNS) error {
 		primaryLink(t, "ens5")
 		run(t, "sysctl", "-qw", "net.ipv4.conf.ens5.rp_filter=1")
-		if changed, err := EnsureOnce(spec); err != nil || len(changed) != 4 {
+		if changed, err := EnsureOnce(t.TempDir(), spec); err != nil || len(changed) != 4 {
 			t.Fatalf("first EnsureOnce: changed %q, err %v", changed, err)
 		}
 		assertClean(t, spec, "after EnsureOnce")
 		run(t, "iptables", "-t", "mangle", "-F", Chain)
 		t.Setenv("PATH", t.TempDir()) // no iptables to run
-		if changed, err := EnsureOnce(spec); err != nil || len(changed) != 0 {
+		if changed, err := EnsureOnce(t.TempDir(), spec); err != nil || len(changed) != 0 {
 			t.Errorf("second EnsureOnce: changed %q, err %v; want nothing done", changed, err)
 		}
 		return nil
@@ -321,7 +322,7 @@ func TestIntact(t *testing.T) {
 		if ok, err := Intact(spec); err != nil || ok {
 			t.Errorf("Intact before Ensure: %v, %v", ok, err)
 		}
-		if _, err := Ensure(spec); err != nil {
+		if _, err := Ensure(t.TempDir(), spec); err != nil {
 			t.Fatal(err)
 		}
 		if ok, err := Intact(spec); err != nil || !ok {
@@ -332,7 +333,7 @@ func TestIntact(t *testing.T) {
 			if ok, err := Intact(spec); err != nil || ok {
 				t.Errorf("%s: Intact %v, %v; want false", c.what, ok, err)
 			}
-			if _, err := Ensure(spec); err != nil {
+			if _, err := Ensure(t.TempDir(), spec); err != nil {
 				t.Fatal(err)
 			}
 			if ok, err := Intact(spec); err != nil || !ok {
@@ -362,13 +363,14 @@ func BenchmarkSettled(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { node.Close(); testutils.UnmountNS(node) }()
+	dir := b.TempDir()
 	spec := Spec{PrimaryMAC: testMAC, VethPrefix: "eni"}
 	err = node.Do(func(ns.NetNS) error {
 		mac, _ := net.ParseMAC(testMAC)
 		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "ens5", HardwareAddr: mac}, PeerName: "ens5p"}); err != nil {
 			return err
 		}
-		_, err := Ensure(spec)
+		_, err := Ensure(dir, spec)
 		return err
 	})
 	if err != nil {
@@ -379,8 +381,8 @@ func BenchmarkSettled(b *testing.B) {
 		f    func() error
 	}{
 		{"Intact", func() error { _, err := Intact(spec); return err }},
-		{"EnsureOnce", func() error { _, err := EnsureOnce(spec); return err }},
-		{"Ensure", func() error { _, err := Ensure(spec); return err }},
+		{"EnsureOnce", func() error { _, err := EnsureOnce(dir, spec); return err }},
+		{"Ensure", func() error { _, err := Ensure(dir, spec); return err }},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			err := node.Do(func(ns.NetNS) error {
@@ -425,7 +427,7 @@ func TestLockWaitBounded(t *testing.T) {
 	spec := Spec{PrimaryMAC: testMAC, VethPrefix: "eni"}
 	err := node.Do(func(ns.NetNS) error {
 		primaryLink(t, "ens5")
-		if _, err := Ensure(spec); err != nil {
+		if _, err := Ensure(t.TempDir(), spec); err != nil {
 			t.Fatal(err)
 		}
 		bin := t.TempDir()
@@ -438,7 +440,7 @@ func TestLockWaitBounded(t *testing.T) {
 			fn   func() error
 		}{
 			{"Intact", func() error { _, err := Intact(spec); return err }},
-			{"Ensure", func() error { _, err := Ensure(spec); return err }},
+			{"Ensure", func() error { _, err := Ensure(t.TempDir(), spec); return err }},
 			{"Remove", func() error { _, err := Remove(); return err }},
 		} {
 			start := time.Now()
@@ -469,7 +471,7 @@ func TestIntactSeesWhatTheChainNames(t *testing.T) {
 	spec := Spec{PrimaryMAC: testMAC, VethPrefix: "eni"}
 	err := node.Do(func(ns.NetNS) error {
 		primaryLink(t, "ens5")
-		if _, err := Ensure(spec); err != nil {
+		if _, err := Ensure(t.TempDir(), spec); err != nil {
 			t.Fatal(err)
 		}
 		other := spec
@@ -477,7 +479,7 @@ func TestIntactSeesWhatTheChainNames(t *testing.T) {
 		if ok, err := Intact(other); err != nil || ok {
 			t.Errorf("Intact with veth prefix %q, the chain made for %q: %v, %v; want false", other.VethPrefix, spec.VethPrefix, ok, err)
 		}
-		if _, err := Ensure(other); err != nil {
+		if _, err := Ensure(t.TempDir(), other); err != nil {
 			t.Fatal(err)
 		}
 		if ok, err := Intact(other); err != nil || !ok {
@@ -505,7 +507,7 @@ func TestRPFilterOffLeftOff(t *testing.T) {
 	err := node.Do(func(ns.NetNS) error {
 		primaryLink(t, "ens5")
 		run(t, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.ens5.rp_filter=0")
-		changed, err := Ensure(spec)
+		changed, err := Ensure(t.TempDir(), spec)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -521,7 +523,7 @@ func TestRPFilterOffLeftOff(t *testing.T) {
 		if ok, err := Intact(spec); err != nil || ok {
 			t.Errorf("Intact with all.rp_filter 1 and ens5 0: %v, %v; want false", ok, err)
 		}
-		if _, err := Ensure(spec); err != nil {
+		if _, err := Ensure(t.TempDir(), spec); err != nil {
 			t.Fatal(err)
 		}
 		if v := strings.TrimSpace(run(t, "sysctl", "-n", "net.ipv4.conf.ens5.rp_filter")); v != "2" {
@@ -531,5 +533,54 @@ func TestRPFilterOffLeftOff(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestConcurrentEnsureConverges: the first ADDs of a boot, and warm's
+// pass, run Ensure at once; each must succeed and together they must leave
+// the chain and its jump as one would (without the lock two clear the
+// chain and both append: its rules twice, and two jumps).
+func TestConcurrentEnsureConverges(t *testing.T) {
+	node := nodeNS(t)
+	dir := t.TempDir()
+	spec := Spec{PrimaryMAC: testMAC, VethPrefix: "eni"}
+	var want string
+	_ = node.Do(func(ns.NetNS) error {
+		primaryLink(t, "ens5")
+		if _, err := Ensure(dir, spec); err != nil {
+			t.Fatal(err)
+		}
+		want = run(t, "iptables", "-t", "mangle", "-S", Chain)
+		_, err := Remove()
+		return err
+	})
+	for round := range 10 {
+		var wg sync.WaitGroup
+		errs := make([]error, 6)
+		for i := range errs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = node.Do(func(ns.NetNS) error { _, err := Ensure(dir, spec); return err })
+			}()
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				t.Errorf("round %d: Ensure: %v", round, err)
+			}
+		}
+		_ = node.Do(func(ns.NetNS) error {
+			if got := run(t, "iptables", "-t", "mangle", "-S", Chain); got != want {
+				t.Errorf("round %d: chain\n%s\nwant\n%s", round, got, want)
+			}
+			if n := strings.Count(run(t, "iptables", "-t", "mangle", "-S", "PREROUTING"), "-j "+Chain); n != 1 {
+				t.Errorf("round %d: %d jumps in PREROUTING", round, n)
+			}
+			if _, err := Remove(); err != nil {
+				t.Errorf("round %d: Remove: %v", round, err)
+			}
+			return nil
+		})
 	}
 }

@@ -20,7 +20,7 @@ func TestIntactSinceSkipsOnlyUnchangedTables(t *testing.T) {
 	path := os.Getenv("PATH")
 	err := node.Do(func(ns.NetNS) error {
 		primaryLink(t, "ens5")
-		if _, err := Ensure(spec); err != nil {
+		if _, err := Ensure(t.TempDir(), spec); err != nil {
 			t.Fatal(err)
 		}
 		ok, seen, err := IntactSince(spec, "")
@@ -40,7 +40,7 @@ func TestIntactSinceSkipsOnlyUnchangedTables(t *testing.T) {
 			if ok, _, err := IntactSince(spec, seen); err != nil || ok {
 				t.Errorf("%s: IntactSince with the witness from before %v, %v; want no", c.what, ok, err)
 			}
-			if _, err := Ensure(spec); err != nil {
+			if _, err := Ensure(t.TempDir(), spec); err != nil {
 				t.Fatal(err)
 			}
 			ok, now, err := IntactSince(spec, seen)

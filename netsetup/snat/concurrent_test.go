@@ -1,6 +1,7 @@
 package snat
 
 import (
+	"net/netip"
 	"os/exec"
 	"strings"
 	"sync"
@@ -99,4 +100,57 @@ func TestDuplicateJumpsCollapse(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A spec that changes (an ENI attached: its primary address joins
+// NotPods) rewrites the nat chain without a moment when it is empty: a
+// flow whose first packet passed an empty chain would keep its pod
+// address for its life. A poller lists the chain while Ensure rewrites it
+// back and forth.
+func TestRewriteLeavesNoEmptyChain(t *testing.T) {
+	node := iptablesNS(t)
+	dir := t.TempDir()
+	a := invalidSpec()
+	b := invalidSpec()
+	b.NotPods = append(b.NotPods, netip.MustParseAddr("10.0.0.77"))
+	_ = node.Do(func(ns.NetNS) error {
+		if _, err := Ensure(dir, a); err != nil {
+			t.Fatal(err)
+		}
+		return nil
+	})
+	stop := make(chan struct{})
+	minRules := make(chan int)
+	go func() {
+		least, polls := 1<<30, 0
+		_ = node.Do(func(ns.NetNS) error {
+			for {
+				select {
+				case <-stop:
+					minRules <- least
+					return nil
+				default:
+				}
+				out, err := exec.Command("iptables", "-t", "nat", "-S", Chain).Output()
+				if err != nil {
+					continue
+				}
+				polls++
+				least = min(least, strings.Count(string(out), "-A "+Chain+" "))
+			}
+		})
+	}()
+	for round := range 20 {
+		s := a
+		if round%2 == 0 {
+			s = b
+		}
+		if err := node.Do(func(ns.NetNS) error { _, err := Ensure(dir, s); return err }); err != nil {
+			t.Fatalf("round %d: Ensure: %v", round, err)
+		}
+	}
+	close(stop)
+	if least := <-minRules; least == 0 {
+		t.Error("a rewrite left the nat chain empty for a moment")
+	}
 }

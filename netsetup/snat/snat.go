@@ -170,18 +170,36 @@ func ensureTable(ipt *iptables.IPTables, tb table, want [][]string) (changed boo
 		return changed, fmt.Errorf("list chain %s in %s: %w", Chain, tb.name, err)
 	}
 	if !sameRules(have, want) {
-		if err := ipt.ClearChain(tb.name, Chain); err != nil {
-			return changed, fmt.Errorf("clear chain %s in %s: %w", Chain, tb.name, err)
-		}
-		for _, r := range want {
-			if err := ipt.Append(tb.name, Chain, r...); err != nil {
-				return true, fmt.Errorf("add rule to %s in %s: %w", Chain, tb.name, err)
-			}
+		if err := replaceRules(ipt, tb.name, want, len(ruleLines(have))); err != nil {
+			return true, err
 		}
 		changed = true
 	}
 	c, err := ensureJump(ipt, tb)
 	return changed || c, err
+}
+
+// replaceRules makes Chain in table hold want, in order, with no moment
+// when it holds neither the old rules nor the new: the new ones go in
+// before the old ones, which then go. NAT is decided on a connection's
+// first packet and kept for its life, so a chain cleared and refilled (as
+// it was each time the spec changed: an ENI attached) let a flow that
+// started in between leave unNATed for as long as it lived (CoreDNS's
+// queries to its upstream, one UDP flow refreshed every half second, seen
+// dropped at the cluster suite's internet gateway). old is the number of
+// rules the chain holds.
+func replaceRules(ipt *iptables.IPTables, table string, want [][]string, old int) error {
+	for i, r := range want {
+		if err := ipt.Insert(table, Chain, i+1, r...); err != nil {
+			return fmt.Errorf("add rule to %s in %s: %w", Chain, table, err)
+		}
+	}
+	for range old {
+		if err := ipt.DeleteById(table, Chain, len(want)+1); err != nil {
+			return fmt.Errorf("delete an old rule of %s in %s: %w", Chain, table, err)
+		}
+	}
+	return nil
 }
 
 // ensureJump makes tb's hook jump to Chain exactly once: an earlier
@@ -270,12 +288,7 @@ func removeTable(ipt *iptables.IPTables, tb table) (bool, error) {
 // rewrites the spec text, e.g. quoting of comments, so exact text compare
 // would rewrite the chain every time).
 func sameRules(have []string, want [][]string) bool {
-	var rules []string
-	for _, h := range have {
-		if len(h) > 3 && h[:3] == "-A " {
-			rules = append(rules, h)
-		}
-	}
+	rules := ruleLines(have)
 	if len(rules) != len(want) {
 		return false
 	}
@@ -287,6 +300,17 @@ func sameRules(have []string, want [][]string) bool {
 		}
 	}
 	return true
+}
+
+// ruleLines are the rules (-A lines) of an `iptables -S` listing.
+func ruleLines(listing []string) []string {
+	var rules []string
+	for _, l := range listing {
+		if len(l) > 3 && l[:3] == "-A " {
+			rules = append(rules, l)
+		}
+	}
+	return rules
 }
 
 func isAddr(s string) bool {

@@ -2,7 +2,8 @@
 # cluster suite: a multi-node kubeadm cluster on the ec2 pool, its nodes
 # joined through a simulated VPC, run for real on this machine, offline.
 # `kubeadm init` on node 1, `kubeadm join` on the others, kube-proxy
-# (iptables mode) and CoreDNS as kubeadm deploys them, `eni-cni install
+# (iptables mode, or nftables with E2E_PROXY_MODE=nftables) and CoreDNS as
+# kubeadm deploys them, `eni-cni install
 # --pool ec2` on every node, each node an instance of ONE fake EC2 world
 # (ec2/ec2fake/cmd/ec2fake; each node its own IMDS view) whose VPC fabric
 # carries the packets: a router namespace connecting the nodes' ENI links
@@ -19,7 +20,13 @@
 #   cluster-join-N               kubeadm join on node N; it goes Ready; its kube-proxy Running
 #   pods-on-both-enis            web pods on every node, each node with pods on its
 #                                primary ENI and on a secondary one (per the fake's ENIs)
+#   nodeport-from-pod            a pod on either ENI -> its node's NodePort -> the other
+#                                node's pod (kube-proxy masquerades it out of the pod's ENI)
 #   ...                          (the traffic checks: see the cases below)
+#   selftest-NAME                (CLUSTER_SELFTEST=1) NAME taken away on node 1 makes
+#                                its check fail; warm puts it back, the check passes:
+#                                fwmark-rule (nodeport-from-outside), eni-address
+#                                (nodeport-from-pod), snat-chain (pod-to-internet-snat)
 #   hook                         $E2E_CLUSTER_HOOK, if set, exits 0
 #   kubeadm-reset                every node reset; every eni-cni address freed
 #   eni-cni-uninstall            conflist and binary gone on every node
@@ -42,7 +49,8 @@
 # checks use nodes 1 and 2, the pod checks every node); CLUSTER_INSTANCE_TYPE
 # [t3.small] (each node gets as many web pods as an ENI has addresses, so
 # some land on a secondary ENI; the node 1 control plane's 5 host-network
-# pods must fit in its maxPods).
+# pods must fit in its maxPods); E2E_PROXY_MODE [iptables] (or nftables:
+# kube-proxy's mode; its image carries nft).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -62,6 +70,8 @@ INSTANCE_TYPE=${CLUSTER_INSTANCE_TYPE:-t3.small} # 3 ENIs x 4 addresses: pods on
 VPC_CIDR=10.77.0.0/16
 SUBNET=10.77.0.0/20
 CLIENT_IP=10.77.32.10 # in the VPC, outside the cluster: a load balancer, another instance
+PROXY_MODE=${E2E_PROXY_MODE:-iptables}
+export E2E_PROXY_MODE=$PROXY_MODE # kadm_kubelet_config's KubeProxyConfiguration
 
 say() { printf 'cluster-e2e: %s\n' "$*"; }
 CASE=setup CASE_T0=$EPOCHREALTIME
@@ -271,6 +281,11 @@ world_up() {
 	done
 }
 
+# proxy_mode N: what node N's kube-proxy says it runs (its metrics
+# listener's /proxyMode); proxy_mode_is N: it is PROXY_MODE.
+proxy_mode() { on "$1" curl -s --max-time 2 http://127.0.0.1:10249/proxyMode 2>/dev/null; }
+proxy_mode_is() { [ "$(proxy_mode "$1")" = "$PROXY_MODE" ]; }
+
 # fabric_drops: what the VPC fabric dropped so far (source/destination
 # check on every ENI, unmapped sources toward the internet): 0 when healthy.
 fabric_drops() { jq -r '.fabric.dropped' "$WORLD"; }
@@ -370,6 +385,7 @@ start_warm_loop() {
 	WARM_PIDS+=($!)
 }
 
+BIG=4000000 # bytes of the upload through SNAT onto the internet's 1500-byte link
 WEB_PER_NODE=0 # world_start: as many as an ENI has addresses, one more than the primary holds for pods
 declare -A POD_IP=() POD_NODE=() POD_NETNS=() POD_HOSTPORT=() PRIM=() SEC=()
 
@@ -487,11 +503,9 @@ no_web_allocations() {
 
 # traffic_prep: what the traffic checks talk to: a NodePort Service per
 # node's secondary-ENI pod, a web server on the internet and on each node's
-# host network, a 200 kB body for uploads: below the 256 kB net/http
-# discards unread after a handler. With more the web may reset the
-# connection mid-upload; one run with 300 kB saw one packet dropped at the
-# internet gateway (not seen again: most likely a segment in flight after
-# the reset, INVALID to conntrack and so never SNATed).
+# host network, a 4 MB body for uploads (the web reads a body to its end
+# and answers its length: some 2,800 segments through SNAT onto the
+# 1500-byte link).
 traffic_prep() {
 	services | k apply -f - >/dev/null || fail "kubectl apply of the NodePort services failed"
 	bg_web internet "$INET:80" "$CLUSTER_RUN/logs/internet-web.log"
@@ -500,7 +514,7 @@ traffic_prep() {
 		bg_web "node$n" "${NODE_IP[$n]}:18080" "${NODE_RUN[$n]}/logs/host-web.log"
 		wait_for 10 on "$n" curl -s --max-time 1 -o /dev/null "http://${NODE_IP[$n]}:18080/" || fail "host web on node $n did not start"
 	done
-	head -c 200000 /dev/zero | tr '\0' x >"$CLUSTER_RUN/big"
+	head -c "$BIG" /dev/zero | tr '\0' x >"$CLUSTER_RUN/big"
 }
 
 # traffic_check NAME: run check_NAME (dashes as underscores) as a named
@@ -551,12 +565,30 @@ check_node_to_pod_across_nodes() {
 check_nodeport_from_outside() {
 	for n in 1 2; do
 		np=$(k get svc "web-sec-$n" -o jsonpath='{.spec.ports[0].nodePort}')
-		wait_for 30 http_from_client_ok "${NODE_IP[$n]}" "$np" "${SEC[$n]}" || true
+		wait_for "${NODEPORT_WAIT:-30}" http_from_client_ok "${NODE_IP[$n]}" "$np" "${SEC[$n]}" || true
 		for m in $(seq "$NODES"); do
 			http_from_client "${NODE_IP[$m]}" "$np" "${SEC[$n]}"
 		done
 	done
 	pass "client $CLIENT_IP -> NodePort on every node -> the pod on node 1's and node 2's secondary ENI (same node and other node)"
+}
+
+# A pod dialing its own node's NodePort of a Service whose endpoint is on
+# the other node: kube-proxy masquerades the connection out of the pod's
+# ENI, so from a secondary ENI it must leave with that ENI's own address
+# (upstream's "Networking Granular Checks: Services should function for
+# endpoint-Service" failed so: the link had none and lent the primary's).
+check_nodeport_from_pod() {
+	for n in 1 2; do
+		m=$((3 - n))
+		np=$(k get svc "web-sec-$m" -o jsonpath='{.spec.ports[0].nodePort}')
+		for p in "${PRIM[$n]}" "${SEC[$n]}"; do
+			reply=$(pod_exec "$p" curl -s --max-time 5 "http://${NODE_IP[$n]}:$np/") ||
+				fail "$p (${POD_IP[$p]}, node $n) -> node $n's NodePort $np -> ${SEC[$m]} on node $m: no answer"
+			check_reply "$reply" "${SEC[$m]}"
+		done
+	done
+	pass "pods on both ENIs of each node -> their own node's NodePort -> the pod on the other node's secondary ENI"
 }
 
 check_hostport_from_outside() {
@@ -601,10 +633,11 @@ check_mtu_inside_and_beyond_vpc() {
 	for p in "${SEC[1]}" "${PRIM[2]}"; do
 		pod_exec "$p" ping -c1 -W2 -M do -s 1472 -q "$INET" >/dev/null || fail "a 1500-byte DF ping from $p to the internet failed"
 		! pod_exec "$p" ping -c2 -W2 -M do -s 1473 -q "$INET" >/dev/null 2>&1 || fail "a 1501-byte DF ping from $p crossed the 1500-byte internet link"
-		reply=$(pod_exec "$p" curl -s --max-time 10 --data-binary "@$CLUSTER_RUN/big" "http://$INET/") ||
-			fail "a 200 kB upload from $p to the internet failed (TCP through SNAT onto the 1500-byte link)"
+		reply=$(pod_exec "$p" curl -s --max-time 20 --data-binary "@$CLUSTER_RUN/big" "http://$INET/") ||
+			fail "a $BIG-byte upload from $p to the internet failed (TCP through SNAT onto the 1500-byte link)"
+		[ "$(awk '{ print $4 }' <<<"$reply")" = "$BIG" ] || fail "the internet read $(awk '{ print $4 }' <<<"$reply") bytes of $p's $BIG-byte upload: $reply"
 	done
-	pass "9001-byte packets between pods across the VPC; beyond it 1500 holds (DF 1501 refused) and TCP adapts (200 kB upload)"
+	pass "9001-byte packets between pods across the VPC; beyond it 1500 holds (DF 1501 refused) and TCP adapts ($BIG-byte upload, all of it read)"
 }
 
 check_coredns_across_nodes() {
@@ -633,6 +666,47 @@ check_src_dst_check_drops_zero() {
 	[ "$drops" = 0 ] || fail "the VPC fabric dropped $drops packets (${DROPPED_IN[*]:-before the traffic checks}): $(fabric_counters)"
 	pass "the router's source/destination check and the internet gateway dropped nothing: $(jq -c '[.fabric.counters.ports[] | {port, dropped}]' "$WORLD")"
 }
+
+# ------------------------------------------------------------------ self-test
+# CLUSTER_SELFTEST=1: after the traffic checks, proof that they can fail:
+# what a check relies on is taken away on node 1 (warm loops stopped, so
+# nothing puts it back behind the test's back), the check must fail; one
+# `eni-cni warm` there must put it back and the check pass again.
+
+# selftest NAME CHECK: the sh script on stdin, run on node 1, takes NAME
+# away; CHECK must fail, then pass once warm has put NAME back.
+selftest() {
+	local name=$1 check=$2 log=$CLUSTER_RUN/logs/selftest-$1.log
+	begin "selftest-$name"
+	on 1 sh -es || fail "could not take $name away"
+	if (NODEPORT_WAIT=0 "check_${check//-/_}") >"$log" 2>&1; then
+		fail "$check passed without $name"
+	fi
+	eni 1 warm >>"$log" 2>&1 || fail "eni-cni warm on node 1 failed: $(tail -n 3 "$log")"
+	("check_${check//-/_}") >>"$log" 2>&1 || fail "$check still fails after warm put $name back: $(grep -m1 'FAIL' "$log")"
+	pass "$check fails without $name ($(grep -m1 -o 'FAIL .*' "$log" | cut -c1-160)) and passes once warm put it back"
+}
+
+selftests() {
+	local n
+	stop_warm_loops
+	echo "ip rule del priority $CONNMARK_PRIO" | selftest fwmark-rule nodeport-from-outside
+	# The secondary ENIs' own addresses, as before eni-cni put them there:
+	# the kernel drops a link's routes with its last address, so the ENI
+	# tables' routes are put back (sorted: the subnet's before the default
+	# via the gateway in it).
+	selftest eni-address nodeport-from-pod <<-'EOF'
+		for d in $(ip -o -4 addr show | awk '$2 != "lo" && $2 != "ens5" { print $2 }'); do
+			r=$(ip -4 route show table all dev "$d" | grep -Ev '^(local|broadcast) ' | sort)
+			ip -4 addr flush dev "$d"
+			echo "$r" | while read -r l; do ip route replace $l dev "$d"; done
+		done
+	EOF
+	echo "iptables -t nat -F ENI-CNI-SNAT" | selftest snat-chain pod-to-internet-snat
+	rm -f "$CLUSTER_RUN/stop-warm"
+	for n in $(seq "$NODES"); do start_warm_loop "$n"; done
+}
+CONNMARK_PRIO=1024 # netsetup/connmark.RulePriority
 
 # ------------------------------------------------------------------ cases
 
@@ -663,7 +737,8 @@ install_eni 1
 begin node-1-ready
 wait_for 90 node_ready "${NODE_NAME[1]}" || fail "node 1 not Ready 90 s after eni-cni install"
 wait_for 120 addons_ready || fail "kube-proxy or CoreDNS not Ready within 120 s"
-pass "node 1 Ready, kube-proxy Running, CoreDNS Ready"
+wait_for 30 proxy_mode_is 1 || fail "kube-proxy on node 1 runs in mode '$(proxy_mode 1)', want $PROXY_MODE"
+pass "node 1 Ready, kube-proxy Running ($PROXY_MODE mode), CoreDNS Ready"
 
 JOIN=$(k -n kube-system get cm kubeadm-config >/dev/null && on 1 kubeadm token create --print-join-command) ||
 	fail "kubeadm token create failed"
@@ -681,6 +756,7 @@ for n in $(seq 2 "$NODES"); do
 	begin "node-$n-ready"
 	wait_for 90 node_ready "${NODE_NAME[$n]}" || fail "node $n not Ready 90 s after eni-cni install"
 	wait_for 120 addons_ready || fail "kube-proxy or CoreDNS not Ready within 120 s"
+	wait_for 30 proxy_mode_is "$n" || fail "kube-proxy on node $n runs in mode '$(proxy_mode "$n")', want $PROXY_MODE"
 	pass "node $n Ready"
 done
 show k get nodes -o wide
@@ -708,6 +784,7 @@ traffic_check pod-to-pod-same-node
 traffic_check pod-to-pod-across-nodes
 traffic_check node-to-pod-across-nodes
 traffic_check nodeport-from-outside
+traffic_check nodeport-from-pod
 traffic_check hostport-from-outside
 traffic_check pod-to-internet-snat
 traffic_check pod-to-node-no-snat
@@ -716,6 +793,7 @@ traffic_check coredns-across-nodes
 traffic_check api-server-via-kubernetes-service
 traffic_check src-dst-check-drops-zero
 [ ${#FAILED[@]} = 0 ] || { CASE=traffic; fail "failed: ${FAILED[*]}"; }
+[ "${CLUSTER_SELFTEST:-0}" != 1 ] || selftests
 
 begin kubectl-delete-frees-addresses
 k delete pods -l app=cluster-web --wait=true --timeout=60s >/dev/null || fail "kubectl delete of the web pods failed"

@@ -32,15 +32,23 @@
 # A single node that carries kubeadm's control-plane NoSchedule taint and
 # no other schedulable node: the taint is removed (else nothing can run).
 #
+# The specs run in parallel, as upstream's CI runs them: the ginkgo CLI
+# (built at the version the e2e binary pins) runs CONF_PROCS processes over
+# the test binary; specs marked Serial run after the rest, on one process
+# (the ginkgo CLI does that itself). CONF_PROCS=1 runs the binary alone.
+#
 # Usage: KUBECONFIG=... scripts/e2e/conformance.sh
 # Env: CONF_DIR [$ENI_CNI_TOOLS/conformance-v1.34.2], CONF_OUT (report dir)
 #   [$E2E_RUN/conformance or a new /tmp dir], CONF_FOCUS (a ginkgo focus
-#   regexp instead of the default), CONF_TIMEOUT [90m], KUBECTL [kubectl in PATH].
+#   regexp instead of the default), CONF_TIMEOUT [90m], CONF_PROCS [6],
+#   KUBECTL [kubectl in PATH].
 set -euo pipefail
 
 KUBE_VER=v1.34.2
 CONF_DIR=${CONF_DIR:-${ENI_CNI_TOOLS:-/opt/eni-cni-test}/conformance-$KUBE_VER}
 TEST_BIN=$CONF_DIR/e2e-network.test
+GINKGO=$CONF_DIR/bin/ginkgo
+PROCS=${CONF_PROCS:-6}
 DEFAULT_FOCUS='\[sig-network\].*\[Conformance\]|\[sig-network\] Networking Granular Checks'
 FOCUS=${CONF_FOCUS:-$DEFAULT_FOCUS}
 TIMEOUT=${CONF_TIMEOUT:-90m}
@@ -157,8 +165,11 @@ for r in "${rules[@]}"; do
 	skip_re+=${skip_re:+|}"($(rule_field "$r" 3))"
 done
 
-common=(--kubeconfig="$KUBECONFIG" --provider=skeleton --kube-test-repo-list="$CONF_DIR/repo-list.yaml"
-	--report-dir="$OUT" --ginkgo.no-color --ginkgo.focus="$FOCUS")
+# --num-nodes: the framework counts the nodes on ginkgo's first process
+# only; the others would skip every spec that needs two ("not -1").
+framework=(--kubeconfig="$KUBECONFIG" --provider=skeleton --kube-test-repo-list="$CONF_DIR/repo-list.yaml" --report-dir="$OUT"
+	--num-nodes="$NODES")
+common=("${framework[@]}" --ginkgo.no-color --ginkgo.focus="$FOCUS")
 # What the focus selects, and what of it the rules leave to run (dry runs: no cluster touched).
 "$TEST_BIN" "${common[@]}" --ginkgo.dry-run --ginkgo.json-report="$OUT/selected.json" >"$OUT/dry-selected.log" 2>&1 ||
 	{ tail -n 20 "$OUT/dry-selected.log" >&2; die "dry run (selection) failed"; }
@@ -176,11 +187,21 @@ if [ -n "$skip_re" ]; then
 fi
 say "selected $(wc -l <"$OUT/selected.txt") specs (focus: $FOCUS); skipped by rule: $(wc -l <"$OUT/skipped-by-rule.txt")"
 
-say "running (log $OUT/e2e.log)"
 rc=0
-"$TEST_BIN" "${common[@]}" ${skip_re:+--ginkgo.skip="$skip_re"} --ginkgo.timeout="$TIMEOUT" \
-	--ginkgo.json-report="$OUT/report.json" --ginkgo.junit-report="$OUT/junit.xml" \
-	--ginkgo.v >"$OUT/e2e.log" 2>&1 || rc=$?
+T1=$EPOCHREALTIME
+if [ "$PROCS" -gt 1 ]; then
+	[ -x "$GINKGO" ] || die "$GINKGO missing: run scripts/install-test-deps.sh --with-conformance (or CONF_PROCS=1)"
+	say "running on $PROCS ginkgo processes (log $OUT/e2e.log)"
+	"$GINKGO" --procs="$PROCS" --no-color -v --focus="$FOCUS" ${skip_re:+--skip="$skip_re"} --timeout="$TIMEOUT" \
+		--output-dir="$OUT" --json-report=report.json --junit-report=junit.xml \
+		"$TEST_BIN" -- "${framework[@]}" >"$OUT/e2e.log" 2>&1 || rc=$?
+else
+	say "running (log $OUT/e2e.log)"
+	"$TEST_BIN" "${common[@]}" ${skip_re:+--ginkgo.skip="$skip_re"} --ginkgo.timeout="$TIMEOUT" \
+		--ginkgo.json-report="$OUT/report.json" --ginkgo.junit-report="$OUT/junit.xml" \
+		--ginkgo.v >"$OUT/e2e.log" 2>&1 || rc=$?
+fi
+SPECS_S=$(since "$T1")
 [ -s "$OUT/report.json" ] || { tail -n 40 "$OUT/e2e.log" >&2; die "no report (test binary exit $rc)"; }
 
 # Per spec that the rules left: passed, failed (or any other end), or skipped by the framework.
@@ -199,7 +220,7 @@ skipped=$(($(wc -l <"$OUT/skipped-by-rule.txt") + n_rt_skipped))
 
 {
 	echo "Kubernetes $KUBE_VER e2e network tests (focus: $FOCUS) on $NODES schedulable node(s)"
-	echo "selected $(wc -l <"$OUT/selected.txt"), ran $ran, passed $passed, failed $failed, skipped $skipped; $(since "$T0")s"
+	echo "selected $(wc -l <"$OUT/selected.txt"), ran $ran, passed $passed, failed $failed, skipped $skipped; $(since "$T0")s, the specs ${SPECS_S}s on $PROCS process(es)"
 	if [ "$skipped" -gt 0 ]; then
 		echo "skipped:"
 		cut -f1,2 "$OUT/skipped-by-rule.txt" | sed 's/\t/ -- /; s/^/  /'

@@ -225,7 +225,8 @@ EOF
 }
 
 # kadm_kubelet_config MAXPODS: the KubeletConfiguration and
-# KubeProxyConfiguration documents of the kubeadm configuration.
+# KubeProxyConfiguration documents of the kubeadm configuration; kube-proxy
+# in E2E_PROXY_MODE (iptables, the default, or nftables).
 kadm_kubelet_config() {
 	cat <<EOF
 ---
@@ -244,6 +245,7 @@ evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.availabl
 ---
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
+mode: ${E2E_PROXY_MODE:-iptables}
 # nf_conntrack_max is kernel-wide: leave it (and the timeouts) as they are.
 conntrack:
   maxPerCore: 0

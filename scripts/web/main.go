@@ -3,7 +3,10 @@
 // pod started with `kubectl run` answers on its eni-cni address without a
 // registry. GET / answers "<hostname> <local address> <client address>";
 // GET /resolve?name=N answers N's addresses as the pod's resolver finds
-// them (cluster DNS: the pod reaches CoreDNS through its Service).
+// them (cluster DNS: the pod reaches CoreDNS through its Service). A request
+// body is read to its end first and its length appended to the answer:
+// net/http closes a connection whose handler left more than 256 kB unread,
+// which would cut an upload that tests the path short.
 package main
 
 import (
@@ -11,6 +14,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -27,6 +31,15 @@ func mux(host string) *http.ServeMux {
 	m := http.NewServeMux()
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		local, _ := r.Context().Value(localAddrKey{}).(string)
+		n, err := io.Copy(io.Discard, r.Body)
+		if err != nil {
+			http.Error(w, fmt.Sprintf("read body: %v after %d bytes", err, n), http.StatusBadRequest)
+			return
+		}
+		if n > 0 {
+			fmt.Fprintf(w, "%s %s %s %d\n", host, local, r.RemoteAddr, n)
+			return
+		}
 		fmt.Fprintf(w, "%s %s %s\n", host, local, r.RemoteAddr)
 	})
 	m.HandleFunc("/resolve", func(w http.ResponseWriter, r *http.Request) {
