@@ -40,6 +40,11 @@ func cmdMaxPods(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("max-pods: %w", ec2.ExplainIMDSOf(err, cfg))
 	}
+	if r.CustomSubnets && !*asJSON {
+		// Said beside the number, not in it: the number is what
+		// --max-pods=$(eni-cni max-pods) takes.
+		fmt.Fprintf(stderr, "max-pods: custom subnets: the primary ENI's addresses are not for pods, so %d of the %d ENIs count\n", max(r.MaxENIs-1, 0), r.MaxENIs)
+	}
 	switch {
 	case *asJSON:
 		return printJSON(stdout, r)

@@ -29,5 +29,10 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "ready: network %q (%s), pool %s: %d addresses, %d free, %d allocated; state in %s\n",
 		r.Network, r.Config, r.Source, r.Pool.Total, r.Pool.Free, r.Pool.Allocated, r.StateDir)
+	// Ready with addresses left, though warm could not add more: said
+	// before the pods that need them fail.
+	if note := r.WarmNote(); note != "" {
+		fmt.Fprintln(stdout, note)
+	}
 	return nil
 }

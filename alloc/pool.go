@@ -293,19 +293,22 @@ func addrToUint(a netip.Addr) uint32 {
 // excludeIPs of the configuration).
 type StoredPool struct {
 	Exclude []netip.Prefix
+	// CreatedOnly: pods live in subnets of their own, on ENIs eni-cni
+	// created there; the primary ENI's addresses are never theirs.
+	CreatedOnly bool
 }
 
 func (p StoredPool) Addrs(st *State) iter.Seq2[netip.Addr, string] {
-	return st.EC2.Usable(p.Exclude)
+	return st.EC2.UsableFor(p.Exclude, p.CreatedOnly)
 }
 
 func (p StoredPool) Contains(st *State, ip netip.Addr) bool {
-	return st.EC2.IsUsable(ip, p.Exclude)
+	return st.EC2.IsUsableFor(ip, p.Exclude, p.CreatedOnly)
 }
 
 func (p StoredPool) Size(st *State) int {
 	n := 0
-	for range st.EC2.Usable(p.Exclude) {
+	for range st.EC2.UsableFor(p.Exclude, p.CreatedOnly) {
 		n++
 	}
 	return n

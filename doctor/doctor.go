@@ -133,6 +133,7 @@ func Run(ctx context.Context, e *Env) []Result {
 	out = append(out, checkWiring(e, st)...)
 	out = append(out, checkTimers(e)...)
 	out = append(out, checkMaxPods(e, src))
+	out = append(out, checkPodSubnets(e, src))
 	return out
 }
 

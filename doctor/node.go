@@ -390,9 +390,12 @@ func checkMaxPods(e *Env, src *section.EC2) Result {
 	var basis string
 	switch {
 	case e.Source == "ec2" && src != nil && src.Limits != nil:
-		capacity = section.MaxAllowedPods(*src.Limits, e.Warm.PrefixDelegation, e.Warm.MaxENIs)
+		capacity = section.MaxAllowedPodsOf(*src.Limits, e.Warm)
 		basis = fmt.Sprintf("%s: %d pod addresses + 2 host-network pods", src.InstanceType, capacity-2)
-		if rec := section.MaxPods(*src.Limits, e.Warm.PrefixDelegation, e.Warm.MaxENIs); maxPods > capacity {
+		if e.Warm.CustomSubnets() {
+			basis += ", none on the primary ENI (custom subnets)"
+		}
+		if rec := section.MaxPodsOf(*src.Limits, e.Warm); maxPods > capacity {
 			return fail(name, fmt.Sprintf("set maxPods: %d in %s (`eni-cni max-pods` prints it) and restart kubelet", rec, where),
 				"kubelet allows %d pods (%s) but this node can address %d (%s): pods beyond sit in ContainerCreating", maxPods, where, capacity, basis)
 		}

@@ -46,14 +46,14 @@ type newENI struct {
 // The fill goes no further after a failed batch, and a throttle met by
 // the batch's Creates is retried by one of them only (throttlegate.go):
 // the batch fires no more calls into it than one creation would.
-func (w *Warmer) createENIs(ctx context.Context, src *section.EC2, need int) error {
+func (w *Warmer) createENIs(ctx context.Context, src *section.EC2, need int, target PodSubnet) error {
 	batch := w.planENIs(src, need)
 	if err := w.beginCreates(ctx, batch); err != nil {
 		return err
 	}
 	fault.Point("warm:after-pending-mark")
 	w.flushWake()
-	in := w.createInput(src)
+	in := w.createInput(src, target)
 	gate := newThrottleGate()
 	results := make([]createResult, len(batch))
 	var wg sync.WaitGroup
@@ -113,20 +113,12 @@ func (w *Warmer) planENIs(src *section.EC2, need int) []newENI {
 }
 
 // createInput is the request the ENIs of a batch share but for their
-// token and count: in the primary ENI's subnet and security groups, or
-// those configured.
-func (w *Warmer) createInput(src *section.EC2) ec2.CreateNetworkInterfaceInput {
-	primary, _ := src.PrimaryENI()
-	subnet, sgs := primary.SubnetID, primary.SecurityGroups
-	if w.Cfg.SubnetID != "" {
-		subnet = w.Cfg.SubnetID
-	}
-	if len(w.Cfg.SecurityGroupIDs) > 0 {
-		sgs = w.Cfg.SecurityGroupIDs
-	}
+// token and count: in the target subnet with its security groups
+// (defaultSubnet: the primary ENI's, or those configured).
+func (w *Warmer) createInput(src *section.EC2, target PodSubnet) ec2.CreateNetworkInterfaceInput {
 	return ec2.CreateNetworkInterfaceInput{
-		SubnetId:          aws.String(subnet),
-		Groups:            sgs,
+		SubnetId:          aws.String(target.ID),
+		Groups:            target.SGs,
 		Description:       aws.String("eni-cni pod addresses of " + src.InstanceID),
 		TagSpecifications: []types.TagSpecification{{ResourceType: types.ResourceTypeNetworkInterface, Tags: w.tags(src)}},
 	}
@@ -281,6 +273,13 @@ func (w *Warmer) newENIState(ctx context.Context, ni *types.NetworkInterface, sr
 func (w *Warmer) subnetCIDR(ctx context.Context, subnet string, primary section.ENI) (netip.Prefix, error) {
 	if subnet == primary.SubnetID {
 		return primary.SubnetCIDR, nil
+	}
+	// Discovery read it already (candidates do not change while the
+	// batch's creations run).
+	for _, c := range w.candidates {
+		if c.ID == subnet && c.CIDR.IsValid() {
+			return c.CIDR, nil
+		}
 	}
 	out, err := w.API.DescribeSubnets(ctx, &ec2.DescribeSubnetsInput{SubnetIds: []string{subnet}})
 	if err != nil {

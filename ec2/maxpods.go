@@ -19,10 +19,14 @@ type MaxPodsReport struct {
 	VCPUs            int    `json:"vcpus"`
 	ConfigMaxENIs    int    `json:"configMaxENIs,omitempty"`
 	PrefixDelegation bool   `json:"prefixDelegation"`
-	PodAddresses     int    `json:"podAddresses"`
-	MaxAllowed       int    `json:"maxAllowed"` // addresses + 2 host-network pods
-	MaxPods          int    `json:"maxPods"`    // the recommendation: MaxAllowed capped at 110/250
-	LimitsFrom       string `json:"limitsFrom"` // "store" or "ec2"
+	// CustomSubnets: pods live in subnets of their own and never get the
+	// primary ENI's addresses, so it counts for none (the VPC CNI's
+	// formula with custom networking).
+	CustomSubnets bool   `json:"customSubnets,omitempty"`
+	PodAddresses  int    `json:"podAddresses"`
+	MaxAllowed    int    `json:"maxAllowed"` // addresses + 2 host-network pods
+	MaxPods       int    `json:"maxPods"`    // the recommendation: MaxAllowed capped at 110/250
+	LimitsFrom    string `json:"limitsFrom"` // "store" or "ec2"
 }
 
 // MaxPodsDeps are where max-pods gets what it does not know: the store's
@@ -38,7 +42,7 @@ type MaxPodsDeps struct {
 // This node's type uses the limits the store cached (warm fetched them)
 // when they include the vCPU count, so it makes no EC2 call.
 func MaxPodsFor(ctx context.Context, d MaxPodsDeps, w section.WarmConfig, instanceType string) (MaxPodsReport, error) {
-	r := MaxPodsReport{InstanceType: instanceType, PrefixDelegation: w.PrefixDelegation, ConfigMaxENIs: w.MaxENIs}
+	r := MaxPodsReport{InstanceType: instanceType, PrefixDelegation: w.PrefixDelegation, ConfigMaxENIs: w.MaxENIs, CustomSubnets: w.CustomSubnets()}
 	var src *section.EC2
 	if d.Store != nil {
 		st, err := d.Store.Load()
@@ -61,9 +65,9 @@ func MaxPodsFor(ctx context.Context, d MaxPodsDeps, w section.WarmConfig, instan
 		r.LimitsFrom = "ec2"
 	}
 	r.MaxENIs, r.IPv4PerENI, r.VCPUs = lim.MaxENIs, lim.IPv4PerENI, lim.VCPUs
-	r.PodAddresses = section.PodAddresses(*lim, w.PrefixDelegation, w.MaxENIs)
-	r.MaxAllowed = section.MaxAllowedPods(*lim, w.PrefixDelegation, w.MaxENIs)
-	r.MaxPods = section.MaxPods(*lim, w.PrefixDelegation, w.MaxENIs)
+	r.PodAddresses = section.PodAddressesOf(*lim, w)
+	r.MaxAllowed = section.MaxAllowedPodsOf(*lim, w)
+	r.MaxPods = section.MaxPodsOf(*lim, w)
 	return r, nil
 }
 

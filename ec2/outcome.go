@@ -114,6 +114,9 @@ func classify(short bool, err error) string {
 		}
 		return section.PassDone
 	}
+	if errors.Is(err, ErrSubnetsFull) {
+		return section.PassSubnetFull
+	}
 	var quota ratelimit.QuotaExceededError
 	if errors.As(err, &quota) {
 		return section.PassThrottled // the SDK's retry budget ran out on throttling

@@ -86,6 +86,9 @@ type Warmer struct {
 	// the woken ADDs queue for the lock while warm waits for EC2, not
 	// before warm's own next look).
 	wakePending bool
+	// candidates are the pod subnets of the node's zone, best first, read
+	// once a pass by the first creation that needs them (custom subnets).
+	candidates []PodSubnet
 }
 
 func (w *Warmer) now() time.Time {
@@ -343,8 +346,10 @@ func (w *Warmer) need(v *view) int {
 }
 
 // fill assigns addresses until the targets are met or the instance is
-// full (short).
+// full (short). With custom subnets a subnet that runs full is remembered
+// and the fill goes on in the zone's next pod subnet (subnets.go).
 func (w *Warmer) fill(ctx context.Context) (short bool, err error) {
+	custom := w.Cfg.CustomSubnets()
 	for range 32 { // each round adds addresses or an ENI; bounded for safety
 		v, err := w.snapshot(ctx)
 		if err != nil {
@@ -355,16 +360,33 @@ func (w *Warmer) fill(ctx context.Context) (short bool, err error) {
 			return false, nil
 		}
 		if e, room := w.roomyENI(v.src); room > 0 {
-			if err := w.assign(ctx, e, need, room); err != nil {
+			err := w.assign(ctx, e, need, room)
+			if custom && subnetFull(err) {
+				err = w.markFull(ctx, e.SubnetID, err)
+			}
+			if err != nil {
 				return false, err
 			}
 			continue
 		}
 		if !w.canCreate(v.src) {
+			if full := w.roomInFullSubnets(v.src); custom && len(full) > 0 {
+				return false, fmt.Errorf("%w: zone %s: %s (no more ENIs may be attached)", ErrSubnetsFull, v.src.AZ, strings.Join(full, ", "))
+			}
 			w.say("pool short by %d addresses: all %d ENIs are full (limit %d)", need, len(v.src.ENIs), w.maxENIs(v.src))
 			return true, nil
 		}
-		if err := w.createENIs(ctx, v.src, need); err != nil {
+		target := w.defaultSubnet(v.src)
+		if custom {
+			if target, err = w.nextPodSubnet(ctx, v.src); err != nil {
+				return false, err
+			}
+		}
+		err = w.createENIs(ctx, v.src, need, target)
+		if custom && subnetFull(err) {
+			err = w.markFull(ctx, target.ID, err)
+		}
+		if err != nil {
 			return false, err
 		}
 	}
@@ -375,10 +397,12 @@ func (w *Warmer) fill(ctx context.Context) (short bool, err error) {
 func slots(src *section.EC2) int { return src.Limits.Slots() }
 
 // roomyENI returns the lowest-numbered ENI eni-cni may manage with free
-// slots, and how many.
+// slots, and how many. With custom subnets only the ENIs eni-cni created
+// qualify, and not those in a subnet found full.
 func (w *Warmer) roomyENI(src *section.EC2) (section.ENI, int) {
+	custom := w.Cfg.CustomSubnets()
 	for _, e := range src.ENIs {
-		if e.Unmanaged || e.Unverified {
+		if !e.ForPods(custom) || (custom && src.SubnetFull(e.SubnetID, w.now())) {
 			continue
 		}
 		if room := slots(src) - e.Secondary - len(e.Prefixes); room > 0 {
@@ -386,6 +410,18 @@ func (w *Warmer) roomyENI(src *section.EC2) (section.ENI, int) {
 		}
 	}
 	return section.ENI{}, 0
+}
+
+// roomInFullSubnets are the subnets of ENIs for pods with free slots that
+// only their subnet being full keeps warm from filling.
+func (w *Warmer) roomInFullSubnets(src *section.EC2) []string {
+	var out []string
+	for _, e := range src.ENIs {
+		if e.ForPods(true) && src.SubnetFull(e.SubnetID, w.now()) && slots(src)-e.Secondary-len(e.Prefixes) > 0 && !slices.Contains(out, e.SubnetID) {
+			out = append(out, e.SubnetID)
+		}
+	}
+	return out
 }
 
 func (w *Warmer) maxENIs(src *section.EC2) int { return src.Limits.ENILimit(w.Cfg.MaxENIs) }

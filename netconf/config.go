@@ -117,13 +117,17 @@ type poolConf struct {
 // ec2Conf are the ec2 source's keys. They belong in "pool"; the top level
 // is accepted too, and "pool" wins where both are given.
 type ec2Conf struct {
-	WarmIPTarget     *int              `json:"warmIPTarget"`
-	MinimumIPTarget  *int              `json:"minimumIPTarget"`
-	MaxENIs          *int              `json:"maxENIs"`
-	PrefixDelegation *bool             `json:"prefixDelegation"`
-	SubnetID         string            `json:"subnetID"`
-	SecurityGroupIDs []string          `json:"securityGroupIDs"`
-	Tags             map[string]string `json:"tags"`
+	WarmIPTarget     *int     `json:"warmIPTarget"`
+	MinimumIPTarget  *int     `json:"minimumIPTarget"`
+	MaxENIs          *int     `json:"maxENIs"`
+	PrefixDelegation *bool    `json:"prefixDelegation"`
+	SubnetID         string   `json:"subnetID"`
+	SecurityGroupIDs []string `json:"securityGroupIDs"`
+	// Subnets are the pods' subnets by availability zone (custom
+	// subnets); SubnetDiscovery finds them by tag instead.
+	Subnets         json.RawMessage   `json:"subnets"`
+	SubnetDiscovery *bool             `json:"subnetDiscovery"`
+	Tags            map[string]string `json:"tags"`
 	// ExcludeIPs are addresses (or CIDRs) never handed to pods, though
 	// they are on an ENI eni-cni manages: a VIP, an Elastic IP's address.
 	ExcludeIPs     []string `json:"excludeIPs"`
@@ -375,11 +379,7 @@ func (c *Config) parsePool() error {
 			// whose pods never get an IPv6 address.
 			return fmt.Errorf("%w: ipFamilies %v needs pool.source %q for now (IPv6 from ENI prefixes is not supported yet)", ErrInvalidConfig, c.conf.IPFamilies, Static)
 		}
-		if err := c.parseEC2(); err != nil {
-			return err
-		}
-		c.Pool = alloc.StoredPool{Exclude: c.Warm.ExcludeIPs}
-		return nil
+		return c.parseEC2()
 	default:
 		return fmt.Errorf("%w: unknown pool.source %q (want %q or %q)", ErrInvalidConfig, c.Provider, EC2, Static)
 	}
@@ -501,7 +501,11 @@ func (c *Config) parseEC2() error {
 		}
 	}
 	w.ReadyWhenFilled = pick(inPool.ReadyWhenFilled, top.ReadyWhenFilled, true)
+	if err := parseSubnets(&w, inPool, top); err != nil {
+		return err
+	}
 	c.Warm = w
+	c.Pool = alloc.StoredPool{Exclude: w.ExcludeIPs, CreatedOnly: w.CustomSubnets()}
 	c.IMDSEndpoint, c.EC2Endpoint, c.SNAT = c.conf.IMDSEndpoint, c.conf.EC2Endpoint, c.conf.SNAT
 	c.IMDSv1Fallback = c.conf.IMDSv1Fallback
 	wait := inPool.AddWaitSeconds

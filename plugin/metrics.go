@@ -140,6 +140,9 @@ func demandFamilies(net metrics.Label, st *alloc.State, now time.Time) []metrics
 	demand := metrics.Family{Name: "eni_cni_pool_demand", Help: "ADDs waiting for an address on a dry ec2 pool.", Type: metrics.Gauge}
 	demand.Add(float64(st.Waiting(now)), net)
 	fams := []metrics.Family{demand}
+	if st.EC2 != nil && (st.EC2.Growth != nil || len(st.EC2.FullSubnets) > 0) {
+		fams = append(fams, growthFamilies(net, st, now)...)
+	}
 	if st.EC2 == nil || st.EC2.LastPass == nil {
 		return fams
 	}
@@ -147,6 +150,27 @@ func demandFamilies(net metrics.Label, st *alloc.State, now time.Time) []metrics
 	last := metrics.Family{Name: "eni_cni_warm_last_pass_timestamp_seconds", Help: "When the last warm pass that waiting ADDs could read ended, by its result (done, throttled, iam-denied, subnet-full, instance-limit, failed).", Type: metrics.Gauge}
 	last.Add(float64(lp.At.Unix()), net, metrics.Label{Name: "result", Value: lp.Result})
 	return append(fams, last)
+}
+
+// growthFamilies are how warm's last attempt to grow the pool ended, which
+// is recorded whoever waited for it, and the pod subnets it found full: a
+// subnet-full node is seen before its pods fail.
+func growthFamilies(net metrics.Label, st *alloc.State, now time.Time) []metrics.Family {
+	var fams []metrics.Family
+	if g := st.EC2.Growth; g != nil {
+		f := metrics.Family{Name: "eni_cni_warm_last_growth_timestamp_seconds", Help: "When warm's last attempt to grow the pool ended, by its result (done, throttled, iam-denied, subnet-full, instance-limit, failed).", Type: metrics.Gauge}
+		f.Add(float64(g.At.Unix()), net, metrics.Label{Name: "result", Value: g.Result})
+		fams = append(fams, f)
+	}
+	full := metrics.Family{Name: "eni_cni_pod_subnets_full", Help: "Pod subnets (custom subnets) warm found full and skips for now.", Type: metrics.Gauge}
+	n := 0
+	for _, f := range st.EC2.FullSubnets {
+		if now.Before(f.Until) {
+			n++
+		}
+	}
+	full.Add(float64(n), net)
+	return append(fams, full)
 }
 
 // jobFamilies are the last run of gc and warm.

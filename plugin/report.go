@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
 // ReadOnly opens p's store for a dry run: nothing is created or saved
@@ -35,6 +36,54 @@ type listing struct {
 	// (unassigned, or their ENI detached, behind eni-cni's back). Their
 	// pods have no working address; they are never handed out again.
 	Lost []lostAddr `json:"lost,omitempty"`
+	// LastPass is how warm's last recorded pass ended (subnet-full, ...).
+	LastPass *section.PassOutcome `json:"lastPass,omitempty"`
+	// FullSubnets are pod subnets warm found full and skips for now.
+	FullSubnets []section.FullSubnet `json:"fullSubnets,omitempty"`
+}
+
+// lastOutcome is the later of the outcome recorded for waiting ADDs and
+// that of the last attempt to grow the pool; nil when neither is.
+func lastOutcome(st *alloc.State) *section.PassOutcome {
+	if st.EC2 == nil {
+		return nil
+	}
+	lp, g := st.EC2.LastPass, st.EC2.Growth
+	if lp == nil || (g != nil && g.At.After(lp.At)) {
+		return g
+	}
+	return lp
+}
+
+// warmNote is a line saying how the last recorded warm pass failed, or ""
+// when it did not. The message comes from the store: one not printable is
+// quoted, as shown does.
+func warmNote(o *section.PassOutcome) string {
+	if !o.Failed() {
+		return ""
+	}
+	msg := o.Describe()
+	if !printable(msg) {
+		msg = strconv.QuoteToASCII(msg)
+	}
+	return fmt.Sprintf("warm: the pass of %s ended %s", o.At.Local().Format(time.DateTime), msg)
+}
+
+// WarmNote is warmNote of the report's last pass, for `eni-cni status`.
+func (r StatusReport) WarmNote() string { return warmNote(r.LastPass) }
+
+// fullSubnets are the pod subnets still skipped as full at now.
+func fullSubnets(st *alloc.State, now time.Time) []section.FullSubnet {
+	if st.EC2 == nil {
+		return nil
+	}
+	var out []section.FullSubnet
+	for _, f := range st.EC2.FullSubnets {
+		if now.Before(f.Until) {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // lostAddr is a lost address and the attachment holding it.
@@ -69,7 +118,8 @@ func (p *Plugin) List(w io.Writer, asJSON bool) error {
 	}
 	allocs := append([]alloc.Allocation{}, st.Allocations...)
 	sort.Slice(allocs, func(i, j int) bool { return allocs[i].IP.Less(allocs[j].IP) })
-	l := listing{Network: p.Cfg.Network, StateFile: p.Cfg.StateDir + "/" + alloc.StateFileName, Pool: counts, Allocations: allocs, Lost: lostOf(st)}
+	l := listing{Network: p.Cfg.Network, StateFile: p.Cfg.StateDir + "/" + alloc.StateFileName, Pool: counts, Allocations: allocs, Lost: lostOf(st),
+		LastPass: lastOutcome(st), FullSubnets: fullSubnets(st, time.Now())}
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -115,6 +165,12 @@ func printListing(w io.Writer, l listing, age func(alloc.Allocation) time.Durati
 		fmt.Fprintf(w, "LOST: %s of %s (pod %s) is no longer assigned to this instance by EC2; the pod has no working address, recreate it\n",
 			x.IP, x.Key, shown(x.Pod))
 	}
+	if note := warmNote(l.LastPass); note != "" {
+		fmt.Fprintln(w, note)
+	}
+	for _, f := range l.FullSubnets {
+		fmt.Fprintf(w, "warm: pod subnet %s is full; skipped until %s\n", shown(f.ID), f.Until.Local().Format(time.TimeOnly))
+	}
 	if l.Pool.Outside > 0 {
 		fmt.Fprintf(w, "%d allocations hold addresses outside the pool (ranges changed?); they stay until their pods' DEL\n", l.Pool.Outside)
 	}
@@ -151,6 +207,8 @@ type StatusReport struct {
 	StateDir string        `json:"stateDir,omitempty"`
 	Pool     *alloc.Counts `json:"pool,omitempty"`
 	Error    string        `json:"error,omitempty"`
+	// LastPass is how warm's last recorded pass ended (ec2 pools).
+	LastPass *section.PassOutcome `json:"lastPass,omitempty"`
 }
 
 // StatusOf is `eni-cni status`: whether the plugin built from the
@@ -164,6 +222,9 @@ func StatusOf(p *Plugin, path string, loadErr error) (StatusReport, error) {
 		return r, err
 	}
 	r.Network, r.Source, r.StateDir = p.Cfg.Network, p.Cfg.Provider, p.Cfg.StateDir
+	if st, _, perr := p.Mgr.Peek(); perr == nil {
+		r.LastPass = lastOutcome(st)
+	}
 	c, err := p.status(context.Background(), false)
 	if err != nil {
 		r.Error = err.Error()

@@ -465,6 +465,7 @@ func (s *Server) eniFilterValuesLocked(e *eni, name string) ([]string, bool) {
 type describeSubnetsResponse struct {
 	meta
 	SubnetSet set[xmlSubnet] `xml:"subnetSet"`
+	NextToken string         `xml:"nextToken,omitempty"`
 }
 
 func (s *Server) describeSubnets(p params) (response, error) {
@@ -475,8 +476,14 @@ func (s *Server) describeSubnets(p params) (response, error) {
 		}
 	}
 	fs := p.filters()
-	resp := &describeSubnetsResponse{}
-	for _, id := range s.subnetOrder {
+	// Paged first and filtered after, as DescribeNetworkInterfaces is.
+	page, next, err := paginate(p, len(s.subnetOrder))
+	if err != nil {
+		return nil, err
+	}
+	resp := &describeSubnetsResponse{NextToken: next}
+	for _, i := range page {
+		id := s.subnetOrder[i]
 		sn := s.subnets[id]
 		if len(ids) > 0 && !slices.Contains(ids, id) {
 			continue

@@ -261,7 +261,7 @@ func (s EC2) look(st *alloc.State, req alloc.Request, allocErr error, first, rec
 	}
 	out := step{next: nextLook(st, sec, now, until), recorded: recorded}
 	// At the hard limit (waiting for a cooldown to end) warm cannot help.
-	if s.Warm != nil && !sec.AtHardLimit(s.Cfg.Warm.MaxENIs) && needTrigger(st, sec, now, s.passAlive(sec)) {
+	if s.Warm != nil && !sec.AtHardLimitFor(s.Cfg.Warm.MaxENIs, s.Cfg.Warm.CustomSubnets()) && needTrigger(st, sec, now, s.passAlive(sec)) {
 		// A start that did not become a pass is not asked of systemd
 		// again: `systemctl start --no-block` succeeds though the unit then
 		// runs nothing (its start limit hit, its condition failing, its
@@ -275,7 +275,7 @@ func (s EC2) look(st *alloc.State, req alloc.Request, allocErr error, first, rec
 
 // hopeless returns why waiting cannot help, or "".
 func (s EC2) hopeless(st *alloc.State, sec *section.EC2, now, start, until time.Time, first bool) string {
-	if sec.AtHardLimit(s.Cfg.Warm.MaxENIs) && !coolingEndsBy(st, now, until) {
+	if sec.AtHardLimitFor(s.Cfg.Warm.MaxENIs, s.Cfg.Warm.CustomSubnets()) && !coolingEndsBy(st, now, until) {
 		return s.nodeFull(st, sec)
 	}
 	lp := sec.LastPass
@@ -302,14 +302,14 @@ func (s EC2) hopeless(st *alloc.State, sec *section.EC2, now, start, until time.
 // more pods, and kubelet's maxPods should say so to the scheduler.
 func (s EC2) nodeFull(st *alloc.State, sec *section.EC2) string {
 	l := *sec.Limits
-	pd, maxENIs := s.Cfg.Warm.PrefixDelegation, s.Cfg.Warm.MaxENIs
+	maxENIs := s.Cfg.Warm.MaxENIs
 	limit := fmt.Sprintf("all %d ENIs %s allows", l.ENILimit(maxENIs), sec.InstanceType)
 	if maxENIs > 0 && maxENIs < l.MaxENIs {
 		limit = fmt.Sprintf("all %d ENIs maxENIs allows (%s takes %d)", maxENIs, sec.InstanceType, l.MaxENIs)
 	}
 	return fmt.Sprintf("node is full: %s hold all the addresses they can (%d pod addresses, %d allocated); "+
 		"set kubelet's maxPods to %d for this instance type and configuration so that no more pods are scheduled here (eni-cni max-pods)",
-		limit, section.PodAddresses(l, pd, maxENIs), len(st.Allocations), section.MaxPods(l, pd, maxENIs))
+		limit, section.PodAddressesOf(l, s.Cfg.Warm), len(st.Allocations), section.MaxPodsOf(l, s.Cfg.Warm))
 }
 
 // timedOut says why the wait ended without an address.

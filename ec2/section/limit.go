@@ -20,7 +20,12 @@ func (l Limits) ENILimit(maxENIs int) int {
 // may fill holds all the addresses (or prefixes) its type allows (an
 // unmanaged ENI's free slots are not warm's to fill). Unknown limits are
 // never a hard limit.
-func (s *EC2) AtHardLimit(maxENIs int) bool {
+func (s *EC2) AtHardLimit(maxENIs int) bool { return s.AtHardLimitFor(maxENIs, false) }
+
+// AtHardLimitFor is AtHardLimit where, with custom subnets (createdOnly),
+// only the ENIs eni-cni created are warm's to fill (ENI.ForPods): the
+// primary ENI's free slots are no room for pods.
+func (s *EC2) AtHardLimitFor(maxENIs int, createdOnly bool) bool {
 	if s == nil || s.Limits == nil || len(s.ENIs) == 0 {
 		return false
 	}
@@ -34,7 +39,8 @@ func (s *EC2) AtHardLimit(maxENIs int) bool {
 		return false
 	}
 	for _, e := range s.ENIs {
-		if !e.Unmanaged && e.Secondary+len(e.Prefixes) < s.Limits.Slots() {
+		fillable := !e.Unmanaged && (!createdOnly || (e.Created && !e.Primary()))
+		if fillable && e.Secondary+len(e.Prefixes) < s.Limits.Slots() {
 			return false
 		}
 	}

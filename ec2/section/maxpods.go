@@ -21,9 +21,19 @@ const (
 // (16 addresses) with prefix delegation. maxENIs limits the ENIs (0: the
 // instance type's limit), as the maxENIs configuration key does.
 func PodAddresses(l Limits, prefixDelegation bool, maxENIs int) int {
+	return podAddresses(l, prefixDelegation, maxENIs, false)
+}
+
+// podAddresses is PodAddresses, where custom subnets leave the primary ENI
+// out: its addresses are in the node's subnet, never a pod's. That is the
+// VPC CNI's formula with custom networking, (ENIs - 1) x (addresses - 1).
+func podAddresses(l Limits, prefixDelegation bool, maxENIs int, custom bool) int {
 	enis := l.MaxENIs
 	if maxENIs > 0 && maxENIs < enis {
 		enis = maxENIs
+	}
+	if custom {
+		enis--
 	}
 	if enis <= 0 || l.IPv4PerENI <= 1 {
 		return 0
@@ -48,7 +58,21 @@ func MaxAllowedPods(l Limits, prefixDelegation bool, maxENIs int) int {
 // is unknown (l.VCPUs == 0) the smaller cap applies: a maxPods too high
 // leaves pods stuck in ContainerCreating, one too low only wastes room.
 func MaxPods(l Limits, prefixDelegation bool, maxENIs int) int {
-	n := MaxAllowedPods(l, prefixDelegation, maxENIs)
+	return capPods(l, MaxAllowedPods(l, prefixDelegation, maxENIs))
+}
+
+// PodAddressesOf, MaxAllowedPodsOf and MaxPodsOf are PodAddresses,
+// MaxAllowedPods and MaxPods under the pool policy w: custom subnets
+// (w.CustomSubnets) take the primary ENI out of the count.
+func PodAddressesOf(l Limits, w WarmConfig) int {
+	return podAddresses(l, w.PrefixDelegation, w.MaxENIs, w.CustomSubnets())
+}
+
+func MaxAllowedPodsOf(l Limits, w WarmConfig) int { return PodAddressesOf(l, w) + hostNetworkPods }
+
+func MaxPodsOf(l Limits, w WarmConfig) int { return capPods(l, MaxAllowedPodsOf(l, w)) }
+
+func capPods(l Limits, n int) int {
 	limit := maxPodsSmall
 	if l.VCPUs > largeInstanceVCPUs {
 		limit = maxPodsLarge

@@ -91,7 +91,15 @@ type WarmConfig struct {
 	PrefixDelegation bool
 	SubnetID         string   // for new ENIs; default the primary ENI's
 	SecurityGroupIDs []string // for new ENIs; default the primary ENI's
-	Tags             map[string]string
+	// Subnets are the pods' own subnets by availability zone (custom
+	// subnets): new ENIs go to the node's zone's subnet, with its security
+	// groups. SubnetDiscovery instead finds them by the AWS VPC CNI's tag
+	// (SubnetRoleTag) in the node's zone and VPC, most free addresses
+	// first. Either way pods get addresses only of ENIs eni-cni created
+	// (ENI.ForPods), never the primary ENI's.
+	Subnets         map[string]ZoneSubnet
+	SubnetDiscovery bool
+	Tags            map[string]string
 	// ExcludeIPs are addresses (or prefixes) never handed to pods, such as
 	// a VIP that keepalived moves between nodes.
 	ExcludeIPs []netip.Prefix
@@ -105,6 +113,22 @@ type WarmConfig struct {
 	// that needs (FilledBoot, Growth), and nothing of it when off.
 	ReadyWhenFilled bool
 }
+
+// ZoneSubnet is the pods' subnet of one availability zone and the
+// security groups of the ENIs created in it (empty: securityGroupIDs, else
+// the primary ENI's).
+type ZoneSubnet struct {
+	SubnetID         string
+	SecurityGroupIDs []string
+}
+
+// SubnetRoleTag is the tag key that marks a subnet for pods, as the AWS
+// VPC CNI's subnet discovery reads it (any value).
+const SubnetRoleTag = "kubernetes.io/role/cni"
+
+// CustomSubnets reports whether pods live in subnets of their own (subnets
+// or subnetDiscovery) rather than the primary ENI's.
+func (w WarmConfig) CustomSubnets() bool { return len(w.Subnets) > 0 || w.SubnetDiscovery }
 
 // Elapsed reports whether d has passed since the wall-clock stamp t. A
 // stamp more than d in the future also counts: the clock went back (an RTC

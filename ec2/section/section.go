@@ -82,6 +82,38 @@ type EC2 struct {
 	// a settled node's passes write nothing: STATUS reads it to tell a
 	// pool that cannot grow.
 	Growth *PassOutcome `json:"growth,omitempty"`
+	// FullSubnets are pod subnets (custom subnets) EC2 last said were
+	// full, each until it is worth trying again: a full subnet is not
+	// asked again every pass, and warm moves on to the zone's next one.
+	FullSubnets []FullSubnet `json:"fullSubnets,omitempty"`
+}
+
+// FullSubnet is a pod subnet EC2 refused addresses in
+// (InsufficientFreeAddressesInSubnet), skipped until Until.
+type FullSubnet struct {
+	ID    string    `json:"id"`
+	Until time.Time `json:"until"`
+}
+
+// FullSubnetTTL is how long a full subnet is skipped before warm tries it
+// again: pods elsewhere in the VPC end and give their addresses back.
+const FullSubnetTTL = 10 * time.Minute
+
+// SubnetFull reports whether id was found full less than FullSubnetTTL ago.
+func (s *EC2) SubnetFull(id string, now time.Time) bool {
+	for _, f := range s.FullSubnets {
+		if f.ID == id && now.Before(f.Until) {
+			return true
+		}
+	}
+	return false
+}
+
+// MarkSubnetFull remembers that EC2 found id full at now, and forgets
+// subnets whose time is up.
+func (s *EC2) MarkSubnetFull(id string, now time.Time) {
+	s.FullSubnets = slices.DeleteFunc(s.FullSubnets, func(f FullSubnet) bool { return f.ID == id || !now.Before(f.Until) })
+	s.FullSubnets = append(s.FullSubnets, FullSubnet{ID: id, Until: now.Add(FullSubnetTTL).UTC()})
 }
 
 // Limits are the instance type's ENI limits, from DescribeInstanceTypes.
@@ -200,6 +232,14 @@ func (e ENI) Primary() bool { return e.NetworkCard == 0 && e.DeviceNumber == 0 }
 // usable reports whether pods may get addresses of the ENI.
 func (e ENI) usable() bool { return !e.Unmanaged && !e.Unverified }
 
+// ForPods reports whether pods may get addresses of the ENI. With custom
+// subnets (createdOnly) only ENIs eni-cni created for pods qualify: never
+// the primary ENI, whose subnet is the node's, nor an ENI someone else
+// attached, as the AWS VPC CNI's custom networking does.
+func (e ENI) ForPods(createdOnly bool) bool {
+	return e.usable() && (!createdOnly || (e.Created && !e.Primary()))
+}
+
 // ENI returns the ENI with id.
 func (s *EC2) ENI(id string) (ENI, bool) {
 	if s == nil {
@@ -230,13 +270,19 @@ func (s *EC2) PrimaryENI() (ENI, bool) {
 // their ENI: not being given back, not lost, on an ENI that may be managed,
 // and not in exclude.
 func (s *EC2) Usable(exclude []netip.Prefix) iter.Seq2[netip.Addr, string] {
+	return s.UsableFor(exclude, false)
+}
+
+// UsableFor is Usable, of only the ENIs eni-cni created when createdOnly
+// (custom subnets: ENI.ForPods).
+func (s *EC2) UsableFor(exclude []netip.Prefix, createdOnly bool) iter.Seq2[netip.Addr, string] {
 	return func(yield func(netip.Addr, string) bool) {
 		if s == nil {
 			return
 		}
 		ok := make(map[string]bool, len(s.ENIs))
 		for _, e := range s.ENIs {
-			ok[e.ID] = e.usable()
+			ok[e.ID] = e.ForPods(createdOnly)
 		}
 		for _, a := range s.Addrs {
 			if a.Unusable || a.Lost || !ok[a.ENI] || Excluded(exclude, a.IP) {
@@ -252,13 +298,18 @@ func (s *EC2) Usable(exclude []netip.Prefix) iter.Seq2[netip.Addr, string] {
 // IsUsable reports whether Usable yields ip, without walking the pool
 // into a map (Counts asks it for every allocation).
 func (s *EC2) IsUsable(ip netip.Addr, exclude []netip.Prefix) bool {
+	return s.IsUsableFor(ip, exclude, false)
+}
+
+// IsUsableFor reports whether UsableFor yields ip.
+func (s *EC2) IsUsableFor(ip netip.Addr, exclude []netip.Prefix, createdOnly bool) bool {
 	if s == nil || Excluded(exclude, ip) {
 		return false
 	}
 	for _, a := range s.Addrs {
 		if a.IP == ip {
 			e, ok := s.ENI(a.ENI)
-			return ok && e.usable() && !a.Unusable && !a.Lost
+			return ok && e.ForPods(createdOnly) && !a.Unusable && !a.Lost
 		}
 	}
 	return false
@@ -403,6 +454,7 @@ func (s *EC2) Clone() *EC2 {
 		e.VPCCIDRs, e.SecurityGroups, e.Prefixes = slices.Clone(e.VPCCIDRs), slices.Clone(e.SecurityGroups), slices.Clone(e.Prefixes)
 	}
 	c.Addrs, c.Tombstones, c.Pending = slices.Clone(s.Addrs), slices.Clone(s.Tombstones), slices.Clone(s.Pending)
+	c.FullSubnets = slices.Clone(s.FullSubnets)
 	if s.Growth != nil {
 		o := *s.Growth
 		c.Growth = &o
