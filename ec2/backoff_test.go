@@ -2,6 +2,7 @@ package ec2
 
 import (
 	"context"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -72,5 +73,49 @@ func TestThrottledCallsWaitForTheBucket(t *testing.T) {
 	// hundreds of times a second; backed off, each a few times.
 	if throttled == 0 || throttled > 4*n {
 		t.Errorf("%d throttled attempts for %d calls, want some and at most %d", throttled, n, 4*n)
+	}
+}
+
+// TestTimerPassPausesAfterThrottle: a pass nobody waits for (the timer's)
+// that EC2 throttles is remembered outside the store, which stays as it
+// was; the next timer pass within the pause makes no EC2 call, one after
+// it tries again and lengthens the streak, and the first that gets
+// through forgets it.
+func TestTimerPassPausesAfterThrottle(t *testing.T) {
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge"}, section.WarmConfig{WarmIPTarget: 5})
+	e.w.API = NewAPI(e.fake.URL(), "us-east-1", NewMetadataClient(e.fake.URL()), fastRetry)
+	mem := ThrottleFile(filepath.Join(t.TempDir(), ThrottledName))
+	e.w.Throttles = mem
+	e.warm(t) // limits and the first addresses
+	e.w.Cfg.WarmIPTarget = 20
+	e.fake.Throttle("AssignPrivateIpAddresses", 1000)
+	if err := e.w.Run(context.Background()); err == nil {
+		t.Fatal("throttled pass succeeded")
+	}
+	o, err := mem.Load()
+	if err != nil || o == nil || o.Streak != 1 || e.lastPass(t) != nil {
+		t.Fatalf("remembered %+v (%v), store's outcome %+v: want a streak of 1 outside the store", o, err, e.lastPass(t))
+	}
+	calls := e.fake.Calls()["AssignPrivateIpAddresses"]
+	e.now = e.now.Add(500 * time.Millisecond)
+	e.warm(t)
+	if n := e.fake.Calls()["AssignPrivateIpAddresses"]; n != calls {
+		t.Errorf("a pass within the pause made %d Assign calls", n-calls)
+	}
+	e.now = e.now.Add(section.ThrottledBase)
+	if err := e.w.Run(context.Background()); err == nil {
+		t.Fatal("throttled pass succeeded")
+	}
+	if o, _ := mem.Load(); o == nil || o.Streak != 2 {
+		t.Fatalf("remembered %+v after a second throttled pass, want a streak of 2", o)
+	}
+	e.fake.ClearFaults()
+	e.now = e.now.Add(2 * section.ThrottledBase)
+	e.warm(t)
+	if o, _ := mem.Load(); o != nil {
+		t.Errorf("remembered %+v after a pass got through", o)
+	}
+	if c, _, _ := e.counts(t); c.Free < 20 {
+		t.Errorf("pool %+v after the throttle, want 20 free", c)
 	}
 }

@@ -71,7 +71,7 @@ func launchOn(fake *ec2fake.Server, o Options, now func() time.Time, real func(t
 	api := ec2pkg.NewAPI(fake.EC2URL(), "us-east-1", md, func(eo *ec2.Options) {
 		eo.Retryer, eo.HTTPClient = ec2pkg.NewRetryer(retry), fewConns(4)
 	})
-	n.w = &ec2pkg.Warmer{Mgr: n.mgr, API: api, MD: md, Host: nopHost{}, Cfg: o.Warm, Out: io.Discard, Now: now, Spread: true}
+	n.w = &ec2pkg.Warmer{Mgr: n.mgr, API: api, MD: md, Host: nopHost{}, Cfg: o.Warm, Out: io.Discard, Now: now, Spread: true, Throttles: &ec2pkg.MemThrottles{}}
 	n.add = provider.EC2{Cfg: n.cfg, Mgr: n.mgr, Full: nodeIMDS{md: md, now: now}, Warm: n, Now: now, Alive: func(int) bool { return true }}
 	return n, nil
 }
