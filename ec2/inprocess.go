@@ -22,7 +22,7 @@ type InProcess struct{}
 // into the store; ADD calls it on the first allocation of a boot and when
 // the pool is empty.
 func (InProcess) RefreshIMDS(ctx context.Context, cfg *netconf.Config, mgr *alloc.Manager) (provider.Refreshed, error) {
-	r, err := Refresh(ctx, mgr, NewQuickMetadataClient(cfg.IMDSEndpoint, MetadataOptions(cfg)...), time.Now())
+	r, err := RefreshTargets(ctx, mgr, NewQuickMetadataClient(cfg.IMDSEndpoint, MetadataOptions(cfg)...), time.Now(), &cfg.Warm)
 	if err != nil {
 		return provider.Refreshed{}, ExplainIMDS(err, cfg.IMDSEndpoint)
 	}

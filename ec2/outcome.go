@@ -62,10 +62,42 @@ func (w *Warmer) recordOutcome(ctx context.Context, short bool, passErr error) e
 	return err
 }
 
-// Failed records, for ADDs waiting on a dry pool, a pass that could not
-// start (IMDS unreadable).
+// Failed records, for ADDs waiting on a dry pool and for STATUS, a pass
+// that could not start (IMDS unreadable).
 func (w *Warmer) Failed(ctx context.Context, passErr error) error {
-	return w.recordOutcome(ctx, false, passErr)
+	return errors.Join(w.recordGrowth(ctx, false, passErr), w.recordOutcome(ctx, false, passErr))
+}
+
+// recordGrowth saves how the pass's attempt to grow the pool ended (err:
+// the failure that stopped it before the pool reached its targets), for
+// STATUS with readyWhenFilled: the boot is filled when it reached them, or as far as the
+// instance's limits go (short), and Growth changes when its result does.
+// An unchanged outcome is not saved again: a settled node's passes, and a
+// timer's pass failing the same way every minute, write nothing.
+func (w *Warmer) recordGrowth(ctx context.Context, short bool, err error) error {
+	if !w.Cfg.ReadyWhenFilled {
+		return nil // nobody reads it
+	}
+	o := section.PassOutcome{At: w.now().UTC(), Result: classify(short, err), Boot: w.Mgr.BootID}
+	if err != nil {
+		o.Message = section.TruncateOutcome(err.Error())
+	}
+	return w.update(context.WithoutCancel(ctx), func(_ *alloc.State, src *section.EC2) error {
+		if err == nil {
+			src.FilledBoot = w.Mgr.BootID
+		}
+		g := src.Growth
+		if g != nil && g.Boot == o.Boot && g.Result == o.Result && o.Result != section.PassThrottled {
+			return nil
+		}
+		if o.Result == section.PassThrottled && g != nil && g.Boot == o.Boot && g.Result == section.PassThrottled {
+			o.Streak = g.Streak + 1
+		} else if o.Result == section.PassThrottled {
+			o.Streak = 1
+		}
+		src.Growth = &o
+		return nil
+	})
 }
 
 // deniedCodes are EC2's answers to a caller that may not make the call.

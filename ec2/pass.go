@@ -70,7 +70,7 @@ func WarmPass(cfg *netconf.Config, mgr *alloc.Manager, out io.Writer, calls *Cal
 	if err != nil {
 		// ADDs waiting on a dry pool learn why no pass ran.
 		err = ExplainIMDSOf(err, cfg)
-		return true, fmt.Errorf("warm: %w", errors.Join(err, (&Warmer{Mgr: mgr, Out: out}).Failed(ctx, err)))
+		return true, fmt.Errorf("warm: %w", errors.Join(err, (&Warmer{Mgr: mgr, Out: out, Cfg: cfg.Warm}).Failed(ctx, err)))
 	}
 	w := &Warmer{
 		Mgr: mgr, MD: md, API: NewAPI(cfg.EC2Endpoint, inst.Region(), md, calls.Option()),

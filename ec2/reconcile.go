@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/ec2/provider"
 	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
@@ -107,15 +108,26 @@ type RefreshResult struct {
 // checks the store describes this instance (dropping another's records),
 // records that this boot has checked, and takes in addresses IMDS lists.
 func Refresh(ctx context.Context, mgr *alloc.Manager, md Metadata, now time.Time) (*RefreshResult, error) {
+	return RefreshTargets(ctx, mgr, md, now, nil)
+}
+
+// RefreshTargets is Refresh that also records the boot as filled when what
+// IMDS shows meets the targets of w (nil: no targets): the addresses a
+// launch template assigned make a new node ready for pods with no EC2
+// call (provider.PoolReady).
+func RefreshTargets(ctx context.Context, mgr *alloc.Manager, md Metadata, now time.Time, w *section.WarmConfig) (*RefreshResult, error) {
 	inst, err := Discover(ctx, md)
 	if err != nil {
 		return nil, err
 	}
 	r := &RefreshResult{Instance: inst}
-	err = updateSection(ctx, mgr, func(_ *alloc.State, src *section.EC2) error {
+	err = updateSection(ctx, mgr, func(st *alloc.State, src *section.EC2) error {
 		r.Dropped = src.Identify(inst.ID)
 		r.Added = section.Reconcile(src, inst, now).Found
 		src.VerifiedBoot = mgr.BootID
+		if w != nil && w.ReadyWhenFilled && provider.TargetsMet(mgr.Counts(st), *w) {
+			src.FilledBoot = mgr.BootID
+		}
 		return nil
 	})
 	if err == nil && r.Added > 0 {

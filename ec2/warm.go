@@ -206,6 +206,14 @@ func (w *Warmer) RunWith(ctx context.Context, inst *section.Instance) error {
 // across an EC2 or IMDS call. short reports that the instance's limits
 // kept it from reaching its targets.
 func (w *Warmer) pass(ctx context.Context, inst *section.Instance) (short bool, err error) {
+	// How growing the pool went, for STATUS: what failed up to the fill,
+	// not the node-side or lifecycle failures reported after it.
+	filling := true
+	defer func() {
+		if filling {
+			err = errors.Join(err, w.recordGrowth(ctx, short, err))
+		}
+	}()
 	drift, v, err := w.observe(ctx, inst)
 	if err != nil {
 		return false, err
@@ -234,6 +242,10 @@ func (w *Warmer) pass(ctx context.Context, inst *section.Instance) (short bool, 
 		later = errors.Join(w.settleENIs(ctx), later)
 	}
 	short, err = w.fill(ctx)
+	filling = false
+	if gerr := w.recordGrowth(ctx, short, err); gerr != nil {
+		later = errors.Join(later, gerr)
+	}
 	if waiting {
 		later = errors.Join(later, w.settleENIs(ctx))
 	}

@@ -287,7 +287,9 @@ func TestEC2Status(t *testing.T) {
 	primary := en.fake.PrimaryENI()
 	// addWaitSeconds 0: ADD on the empty pool fails at once rather than
 	// starting warm and waiting for it (TestEC2DryPool* test that).
-	nw := newEC2Network(t, en, "1.1.0", map[string]any{"warmIPTarget": 2, "addWaitSeconds": 0}, map[string]any{"imdsEndpoint": ec2Unreachable})
+	// readyWhenFilled off: STATUS as before issue 20 (its default is
+	// TestEC2StatusNotReadyUntilFilled's).
+	nw := newEC2Network(t, en, "1.1.0", map[string]any{"warmIPTarget": 2, "addWaitSeconds": 0, "readyWhenFilled": false}, map[string]any{"imdsEndpoint": ec2Unreachable})
 	status := func() output { return nw.run(t, cniEnv("STATUS", nil), nw.config(t)) }
 	setIMDS := func(url string) { nw.setConf(t, func(c map[string]any) { c["imdsEndpoint"] = url }) }
 

@@ -124,6 +124,10 @@ type ec2Conf struct {
 	// they are on an ENI eni-cni manages: a VIP, an Elastic IP's address.
 	ExcludeIPs     []string `json:"excludeIPs"`
 	AddWaitSeconds *float64 `json:"addWaitSeconds"`
+	// ReadyWhenFilled: STATUS says the network is not ready until the pool
+	// was filled in this boot, or while it cannot grow and has nothing
+	// free (on by default).
+	ReadyWhenFilled *bool `json:"readyWhenFilled"`
 }
 
 // Config is the validated, typed form of netConf that the verbs use.
@@ -438,6 +442,7 @@ func (c *Config) parseEC2() error {
 			return fmt.Errorf("%w: tag key %q (keys must be non-empty, not aws:, at most 40 tags)", ErrInvalidConfig, k)
 		}
 	}
+	w.ReadyWhenFilled = pick(inPool.ReadyWhenFilled, top.ReadyWhenFilled, true)
 	c.Warm = w
 	c.IMDSEndpoint, c.EC2Endpoint, c.SNAT = c.conf.IMDSEndpoint, c.conf.EC2Endpoint, c.conf.SNAT
 	c.IMDSv1Fallback = c.conf.IMDSv1Fallback

@@ -182,10 +182,14 @@ func TestEC2AddRefreshesFromIMDSOnce(t *testing.T) {
 func TestEC2Status(t *testing.T) {
 	f := startFake(t)
 	p, _ := newEC2Plugin(t, f.URL())
+	// readyWhenFilled off: STATUS as before issue 20 (its default is
+	// TestEC2StatusReadyWhenFilled's).
+	p.Cfg.Warm.ReadyWhenFilled = false
 	if _, err := p.Status(context.Background()); err != nil {
 		t.Errorf("empty pool with IMDS reachable is not a fault: %v", err)
 	}
 	p, _ = newEC2Plugin(t, "http://127.0.0.1:1")
+	p.Cfg.Warm.ReadyWhenFilled = false
 	start := time.Now()
 	_, err := p.Status(context.Background())
 	if ce := toCNIError(err); ce.Code != types.ErrPluginNotAvailable || !strings.Contains(ce.Msg, "instance metadata") {

@@ -459,9 +459,17 @@ func prevMatches(r *current.Result, a alloc.Allocation, netns string) error {
 // errNotReady: STATUS found the plugin unable to serve any ADD.
 var errNotReady = errors.New("cannot serve ADD")
 
-// status reports whether ADD can work at all. A momentarily empty pool is
-// not a failure: addresses cool down and `warm` adds more.
+// Status is the STATUS verb: whether the network is ready for pods (see
+// Provider.Ready), starting what makes it ready.
 func (p *Plugin) Status(ctx context.Context) (alloc.Counts, error) {
+	return p.status(ctx, true)
+}
+
+// status reports whether the network is ready for pods: ADD can work at
+// all, and for an ec2 pool with readyWhenFilled, the pool was filled in
+// this boot and can grow or has addresses (provider.PoolReady). act: see
+// Provider.Ready.
+func (p *Plugin) status(ctx context.Context, act bool) (alloc.Counts, error) {
 	// Read without the lock: saves replace the file by rename, so a read
 	// sees one whole state, and STATUS must not queue behind a busy ADD.
 	// Peek applies what the next locked call would (a new boot, expired
@@ -470,7 +478,7 @@ func (p *Plugin) Status(ctx context.Context) (alloc.Counts, error) {
 	if err != nil {
 		return alloc.Counts{}, fmt.Errorf("%w: %w", errNotReady, err)
 	}
-	if err := p.provider.Ready(ctx, st); err != nil {
+	if err := p.provider.Ready(ctx, st, act); err != nil {
 		return alloc.Counts{}, fmt.Errorf("%w: %w", errNotReady, err)
 	}
 	return counts, nil

@@ -27,8 +27,10 @@ type Provider interface {
 	// or wait for one, or explains the empty pool. attrs go to the ADD's
 	// log line.
 	Dry(ctx context.Context, req alloc.Request, cause error) (a alloc.Allocation, existed bool, sec *section.EC2, attrs []any, err error)
-	// Ready reports whether ADD can work at all (STATUS).
-	Ready(ctx context.Context, st *alloc.State) error
+	// Ready reports whether the network is ready for pods (STATUS). act
+	// lets it start what makes it ready (the STATUS verb); without, it
+	// only looks (`eni-cni status`, read-only).
+	Ready(ctx context.Context, st *alloc.State, act bool) error
 }
 
 // staticProvider is a pool of configured ranges on the node's own network.
@@ -49,7 +51,7 @@ func (s staticProvider) Dry(_ context.Context, _ alloc.Request, cause error) (al
 	return alloc.Allocation{}, false, nil, nil, cause
 }
 
-func (s staticProvider) Ready(_ context.Context, st *alloc.State) error {
+func (s staticProvider) Ready(_ context.Context, st *alloc.State, _ bool) error {
 	if s.pool.Size(st) == 0 {
 		return fmt.Errorf("the static pool has no addresses")
 	}

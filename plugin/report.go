@@ -149,7 +149,8 @@ type StatusReport struct {
 }
 
 // StatusOf is `eni-cni status`: whether the plugin built from the
-// configuration at path (loadErr: it could not be) can serve ADD.
+// configuration at path (loadErr: it could not be) is ready for pods. It
+// only reads: it starts no warm pass, as the STATUS verb may.
 func StatusOf(p *Plugin, path string, loadErr error) (StatusReport, error) {
 	r := StatusReport{Config: path}
 	if loadErr != nil {
@@ -158,7 +159,7 @@ func StatusOf(p *Plugin, path string, loadErr error) (StatusReport, error) {
 		return r, err
 	}
 	r.Network, r.Source, r.StateDir = p.Cfg.Network, p.Cfg.Provider, p.Cfg.StateDir
-	c, err := p.Status(context.Background())
+	c, err := p.status(context.Background(), false)
 	if err != nil {
 		r.Error = err.Error()
 		return r, err

@@ -237,9 +237,10 @@ func (s EC2) Dry(ctx context.Context, req alloc.Request, cause error) (alloc.All
 // Waits reports whether ADD waits for warm on a dry pool (Allocate).
 func (s EC2) Waits() bool { return s.Cfg.AddWait > 0 }
 
-// Ready: a pool with addresses can serve ADD; an empty one can if IMDS
-// answers (warm will fill it). Only an empty pool and no IMDS is a fault.
-func (s EC2) Ready(ctx context.Context, st *alloc.State) error {
+// reachable is STATUS without readyWhenFilled: a pool with addresses can
+// serve ADD; an empty one can if IMDS answers (warm will fill it). Only
+// an empty pool and no IMDS is a fault.
+func (s EC2) reachable(ctx context.Context, st *alloc.State) error {
 	if s.Cfg.Pool.Size(st) > 0 {
 		return nil
 	}

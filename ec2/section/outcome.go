@@ -44,6 +44,8 @@ type PassOutcome struct {
 	// Streak counts the throttled passes in a row that end with this one
 	// (0 for any other result): the pause before the next grows with it.
 	Streak int `json:"streak,omitempty"`
+	// Boot is the boot the pass ran in (Growth only).
+	Boot string `json:"boot,omitempty"`
 }
 
 // Failed reports whether the pass could not do its work for a reason that
@@ -66,7 +68,7 @@ func (o *PassOutcome) Describe() string {
 		PassFailed:        "failed",
 	}[o.Result]
 	if what == "" {
-		what = o.Result
+		what = TruncateOutcome(o.Result) // a hand-edited or hostile store
 	}
 	if o.Message != "" {
 		return what + ": " + TruncateOutcome(o.Message)

@@ -98,6 +98,12 @@ type WarmConfig struct {
 	// TrimAfter is how long an address stays in the pool before it may be
 	// given back, so a burst of pods does not make warm flap.
 	TrimAfter time.Duration
+	// ReadyWhenFilled (readyWhenFilled): STATUS reports the network not
+	// ready while the pool has not been filled in this boot, or cannot
+	// grow and has nothing free (provider.PoolReady), so kubelet keeps the
+	// node NotReady and pods are scheduled elsewhere; warm records what
+	// that needs (FilledBoot, Growth), and nothing of it when off.
+	ReadyWhenFilled bool
 }
 
 // Elapsed reports whether d has passed since the wall-clock stamp t. A

@@ -70,6 +70,18 @@ type EC2 struct {
 	// PassPID is the process of that pass, so that waiters see it died
 	// (killed, OOM) rather than wait for a mark nobody will clear.
 	PassPID int `json:"passPID,omitempty"`
+	// FilledBoot is the boot in which the pool last reached its targets
+	// (a warm pass's fill, or the addresses IMDS showed, as a launch
+	// template assigns them), or as many addresses as the instance's
+	// limits allow. STATUS (readyWhenFilled) says the network is not ready
+	// for pods before that in a boot.
+	FilledBoot string `json:"filledBoot,omitempty"`
+	// Growth is how the last warm pass's attempt to grow the pool ended,
+	// with the boot it ran in, whoever waited for it (LastPass is only
+	// recorded for waiting ADDs). It is saved when its result changes, so
+	// a settled node's passes write nothing: STATUS reads it to tell a
+	// pool that cannot grow.
+	Growth *PassOutcome `json:"growth,omitempty"`
 }
 
 // Limits are the instance type's ENI limits, from DescribeInstanceTypes.
@@ -412,6 +424,10 @@ func (s *EC2) Clone() *EC2 {
 			u.ENI.VPCCIDRs, u.ENI.SecurityGroups, u.ENI.Prefixes = slices.Clone(u.ENI.VPCCIDRs), slices.Clone(u.ENI.SecurityGroups), slices.Clone(u.ENI.Prefixes)
 			c.Pending[i].Unattached = &u
 		}
+	}
+	if s.Growth != nil {
+		o := *s.Growth
+		c.Growth = &o
 	}
 	if s.LastPass != nil {
 		o := *s.LastPass
