@@ -15,10 +15,11 @@ import (
 
 // ThrottleMemory remembers, from one warm pass to the next, that EC2
 // throttled the last ones: the timer's passes are processes of their own,
-// and the store records a pass's outcome only for the ADDs waiting on it
-// (a failed pass nobody waited for leaves the store as it was). Without
-// it, a lasting throttle of the account would be met by every node's
-// timer pass every 30 s whatever the last one met.
+// and without readyWhenFilled the store records a pass's outcome only for
+// the ADDs waiting on it (a failed pass nobody waited for leaves the store
+// as it was; with it, the pass's Growth says so and the memory is not
+// written). Without either, a lasting throttle of the account would be met
+// by every node's timer pass every 30 s whatever the last one met.
 type ThrottleMemory interface {
 	// Load returns the last throttled pass remembered, nil for none.
 	Load() (*section.PassOutcome, error)
@@ -87,18 +88,28 @@ func (m *MemThrottles) Save(o *section.PassOutcome) error {
 
 // throttlePause reports, and says, that the pause after a throttled pass
 // still runs (section.PassOutcome.Pause): the one ADDs waiting on the pool
-// recorded in the store, or the one the timer's passes remember. The pass
-// after the pause does the work, IMDS's look included.
+// recorded in the store, the growth of this boot's last pass, or the one
+// the timer's passes remember. The pass after the pause does the work,
+// IMDS's look included.
 func (w *Warmer) throttlePause(ctx context.Context) (bool, error) {
 	v, err := w.snapshot(ctx)
 	if err != nil {
 		return false, err
 	}
-	now, lp := w.now(), v.src.LastPass
-	if !lp.Pausing(v.src.InstanceID, now) {
-		if lp, err = w.lastThrottled(); err != nil || !lp.Pausing(v.src.InstanceID, now) {
-			return false, err
+	remembered, err := w.lastThrottled()
+	if err != nil {
+		return false, err
+	}
+	now, id := w.now(), v.src.InstanceID
+	var lp *section.PassOutcome
+	for _, o := range []*section.PassOutcome{v.src.LastPass, v.src.Growth, remembered} {
+		if o != nil && (o != v.src.Growth || o.Boot == w.Mgr.BootID) && o.Pausing(id, now) {
+			lp = o
+			break
 		}
+	}
+	if lp == nil {
+		return false, nil
 	}
 	w.say("EC2 throttled the last %d passes in a row: no EC2 call until %s", lp.Streak, lp.At.Add(lp.Pause(v.src.InstanceID)).UTC().Format("15:04:05"))
 	return true, nil
@@ -114,6 +125,9 @@ func (w *Warmer) lastThrottled() (*section.PassOutcome, error) {
 // rememberThrottle keeps the streak of throttled passes for the next
 // pass (see ThrottleMemory).
 func (w *Warmer) rememberThrottle(result string) error {
+	if w.Cfg.ReadyWhenFilled {
+		return nil // the pass's Growth, in the store, says it
+	}
 	last, err := w.lastThrottled()
 	if err != nil || w.Throttles == nil {
 		return err
