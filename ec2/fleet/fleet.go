@@ -30,25 +30,34 @@ type Options struct {
 	// LaunchSecondaries and LaunchPrefixes are what the launch template
 	// assigns to each node's primary ENI before it boots.
 	LaunchSecondaries, LaunchPrefixes int
-	AddWait                           time.Duration // each ADD's wait (addWaitSeconds), virtual
-	Retry                             time.Duration // kubelet's wait before it retries a failed ADD, virtual
-	Timeout                           time.Duration // give up on the run after this much virtual time
+	// Gate is the readiness gate (readyWhenFilled, a runtime that calls
+	// CNI STATUS): the scheduler sends a node its pods only once its
+	// STATUS says ready. Without it they are sent at boot.
+	Gate    bool
+	AddWait time.Duration // each ADD's wait (addWaitSeconds), virtual
+	Retry   time.Duration // kubelet's wait before it retries a failed ADD, virtual
+	Timeout time.Duration // give up on the run after this much virtual time
 }
 
 // Report is what a scale-up did.
 type Report struct {
-	Opts       Options
-	Last       time.Duration   // until the last pod of the last node had an address
-	NodeDone   []time.Duration // per node, until its last pod had one
-	Calls      map[string]int  // EC2 calls by action, throttled ones included
-	Throttled  map[string]int
-	Bound      time.Duration // what the buckets need for the calls that got through
-	BoundOf    string        // the bucket that sets it
-	Unserved   int           // pods without an address when the run gave up
-	AddFailed  map[string]int
-	PassErrors int
-	Model      string        // set when the report is of a model, not of eni-cni's code
-	Real       time.Duration // the run's wall time
+	Opts      Options
+	Last      time.Duration   // until the last pod of the last node had an address
+	NodeDone  []time.Duration // per node, until its last pod had one
+	Calls     map[string]int  // EC2 calls by action, throttled ones included
+	Throttled map[string]int
+	Bound     time.Duration // what the buckets need for the calls that got through
+	BoundOf   string        // the bucket that sets it
+	Unserved  int           // pods without an address when the run gave up
+	// SentUnready counts the pods the scheduler sent to a node whose pool
+	// could not serve them then (provider.PoolReady); Ready is when each
+	// node was first Ready (with Gate).
+	SentUnready int
+	Ready       []time.Duration
+	AddFailed   map[string]int
+	PassErrors  int
+	Model       string        // set when the report is of a model, not of eni-cni's code
+	Real        time.Duration // the run's wall time
 }
 
 // Mutations counts the calls that changed the account.
@@ -114,6 +123,9 @@ func (o *Options) defaults() {
 	}
 	if o.Retry == 0 {
 		o.Retry = 10 * time.Second
+	}
+	if o.Gate {
+		o.Warm.ReadyWhenFilled = true
 	}
 	if o.Timeout == 0 {
 		o.Timeout = 30 * time.Minute
@@ -199,9 +211,17 @@ func run(ctx context.Context, o Options, c *vclock, netw network, virtual bool) 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			done, unserved, failed := n.pods(ctx)
+			unready, ok := n.scheduled(ctx)
+			ready := c.now().Sub(c.origin)
+			var done time.Duration
+			unserved, failed := o.PodsPerNode, map[string]int(nil)
+			if ok {
+				done, unserved, failed = n.pods(ctx)
+			}
 			mu.Lock()
 			defer mu.Unlock()
+			r.SentUnready += unready
+			r.Ready = append(r.Ready, ready)
 			r.NodeDone = append(r.NodeDone, done)
 			r.Last = max(r.Last, done)
 			r.Unserved += unserved
@@ -232,7 +252,7 @@ func ptr[T any](v T) *T { return &v }
 // Table renders reports side by side.
 func Table(rs []*Report) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-34s %6s %9s %9s %9s %9s %9s %9s %10s %8s %8s\n", "configuration", "nodes", "last pod", "bound", "p50 node", "p99 node", "max node", "mutating", "throttled", "ADD fail", "unserved")
+	fmt.Fprintf(&b, "%-34s %6s %9s %9s %9s %9s %9s %9s %10s %8s %8s %8s\n", "configuration", "nodes", "last pod", "bound", "p50 node", "p99 node", "max node", "mutating", "throttled", "ADD fail", "unserved", "unready")
 	for _, r := range rs {
 		th := 0
 		for _, n := range r.Throttled {
@@ -242,9 +262,13 @@ func Table(rs []*Report) string {
 		for _, n := range r.AddFailed {
 			fails += n
 		}
-		fmt.Fprintf(&b, "%-34s %6d %8.0fs %8.0fs %8.0fs %8.0fs %8.0fs %9d %10d %8d %8d\n", name(r), r.Opts.Nodes,
+		unready := "-"
+		if r.Model == "" {
+			unready = fmt.Sprint(r.SentUnready)
+		}
+		fmt.Fprintf(&b, "%-34s %6d %8.0fs %8.0fs %8.0fs %8.0fs %8.0fs %9d %10d %8d %8d %8s\n", name(r), r.Opts.Nodes,
 			r.Last.Seconds(), r.Bound.Seconds(), r.Percentile(0.5).Seconds(), r.Percentile(0.99).Seconds(), r.Percentile(1).Seconds(),
-			r.Mutations(), th, fails, r.Unserved)
+			r.Mutations(), th, fails, r.Unserved, unready)
 	}
 	for _, r := range rs {
 		fmt.Fprintf(&b, "\n%s: calls (throttled) by action:", name(r))
@@ -275,6 +299,9 @@ func name(r *Report) string {
 	}
 	if o.LaunchSecondaries+o.LaunchPrefixes > 0 {
 		s = fmt.Sprintf("launch template (%d addrs, %d /28)", o.LaunchSecondaries, o.LaunchPrefixes)
+	}
+	if o.Gate {
+		s += ", gated"
 	}
 	return s
 }

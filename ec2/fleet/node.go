@@ -83,7 +83,7 @@ func launchOn(s site, o Options, now func() time.Time, real func(time.Duration) 
 	}
 	n := &node{o: o, life: context.Background()}
 	n.mgr = &alloc.Manager{Store: scaledStore{Store: allocfake.NewStore(), real: real, dir: dir, memo: &decoded{}}, Pool: alloc.StoredPool{}, BootID: "boot", Cooldown: 30 * time.Second, Now: now}
-	n.cfg = &netconf.Config{Network: "pods", Provider: netconf.EC2, IMDSEndpoint: imdsURL, EC2Endpoint: s.ec2URL, AddWait: o.AddWait, Warm: o.Warm}
+	n.cfg = &netconf.Config{Network: "pods", Provider: netconf.EC2, StateDir: dir, IMDSEndpoint: imdsURL, EC2Endpoint: s.ec2URL, AddWait: o.AddWait, Warm: o.Warm}
 	// A few connections per node and client: a thousand nodes in one
 	// process would otherwise open one per concurrent request, on both
 	// ends, past the process's file limit.
@@ -131,6 +131,34 @@ func (n *node) timer(ctx context.Context) {
 		n.pass(ctx)
 		n.clock.sleep(ctx, 30*time.Second)
 	}
+}
+
+// statusEvery is how often kubelet asks the runtime for its status (and
+// so the runtime CNI STATUS): kubelet's runtime state sync.
+const statusEvery = 5 * time.Second
+
+// scheduled is the scheduler sending the node its pods: at once without
+// the readiness gate (Options.Gate), else once the node is Ready, that is
+// when kubelet's STATUS (the real one, provider.EC2.Ready, acting as it
+// does: starting a pass for a pool not ready) first says the network is
+// ready. unready is how many pods were sent while the node's pool could
+// not serve them (provider.PoolReady at that moment).
+func (n *node) scheduled(ctx context.Context) (unready int, ok bool) {
+	for n.o.Gate {
+		st, _, err := n.mgr.Peek()
+		if err == nil && n.add.Ready(ctx, st, true) == nil {
+			break
+		}
+		n.clock.sleep(ctx, statusEvery)
+		if ctx.Err() != nil {
+			return 0, false
+		}
+	}
+	st, c, err := n.mgr.Peek()
+	if err != nil || provider.PoolReady(st, c, n.o.Warm, n.mgr.BootID) != nil {
+		return n.o.PodsPerNode, true
+	}
+	return 0, true
 }
 
 // pods runs the node's pods' ADDs at once, each retried as kubelet does
