@@ -16,27 +16,30 @@ var (
 	fleetNodes   = flag.Int("fleet.nodes", 0, "TestFleet: nodes launched at once (0 skips it)")
 	fleetPods    = flag.Int("fleet.pods", 30, "TestFleet: pods per node")
 	fleetAddWait = flag.Duration("fleet.add-wait", 25*time.Second, "TestFleet: each ADD's wait on a dry pool (addWaitSeconds)")
-	fleetConfigs = flag.String("fleet.configs", "secondary,prefix,template,ipamd", "TestFleet: configurations to run")
+	fleetConfigs = flag.String("fleet.configs", "secondary,prefix,template,ungated,ipamd", "TestFleet: configurations to run (ungated: secondary addresses without the readiness gate)")
 )
 
 // TestFleet is `make fleet`: a scale-up of -fleet.nodes nodes, each
-// receiving -fleet.pods pods at once, on virtual time (RunVirtual), in
-// the configurations of -fleet.configs, beside the ipamd model; prints
-// one table.
+// receiving -fleet.pods pods at once when the readiness gate lets the
+// scheduler send them, on virtual time (RunVirtual), in the
+// configurations of -fleet.configs, beside the ipamd model; prints one
+// table.
 func TestFleet(t *testing.T) {
 	if *fleetNodes == 0 {
 		t.Skip("no -fleet.nodes")
 	}
 	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDFLEET")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "fleet")
-	base := Options{Nodes: *fleetNodes, PodsPerNode: *fleetPods, AddWait: *fleetAddWait, Warm: section.WarmConfig{WarmIPTarget: 5}}
+	base := Options{Nodes: *fleetNodes, PodsPerNode: *fleetPods, AddWait: *fleetAddWait, Gate: true, Warm: section.WarmConfig{WarmIPTarget: 5}}
 	pd := base
 	pd.Warm.PrefixDelegation = true
 	lt := pd
 	lt.LaunchPrefixes = (*fleetPods + 5 + 15) / 16
+	ungated := base
+	ungated.Gate = false
 	var rs []*Report
-	for i, o := range []Options{base, pd, lt} {
-		if !strings.Contains(*fleetConfigs, []string{"secondary", "prefix", "template"}[i]) {
+	for i, o := range []Options{base, pd, lt, ungated} {
+		if !strings.Contains(*fleetConfigs, []string{"secondary", "prefix", "template", "ungated"}[i]) {
 			continue
 		}
 		wall := time.Now()
