@@ -280,6 +280,10 @@ func Table(rs []*Report) string {
 		for _, a := range actions {
 			fmt.Fprintf(&b, " %s %d (%d);", a, r.Calls[a], r.Throttled[a])
 		}
+		if r.Opts.Gate && len(r.Ready) > 0 {
+			rd := Report{NodeDone: r.Ready}
+			fmt.Fprintf(&b, "\n  nodes Ready (STATUS) at p50 %.0fs, p99 %.0fs, max %.0fs", rd.Percentile(0.5).Seconds(), rd.Percentile(0.99).Seconds(), rd.Percentile(1).Seconds())
+		}
 		for why, n := range r.AddFailed {
 			fmt.Fprintf(&b, "\n  %d ADDs failed: %s", n, why)
 		}
