@@ -252,7 +252,7 @@ func ptr[T any](v T) *T { return &v }
 // Table renders reports side by side.
 func Table(rs []*Report) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-34s %6s %9s %9s %9s %9s %9s %9s %10s %8s %8s %8s\n", "configuration", "nodes", "last pod", "bound", "p50 node", "p99 node", "max node", "mutating", "throttled", "ADD fail", "unserved", "unready")
+	fmt.Fprintf(&b, "%-50s %6s %9s %9s %9s %9s %9s %9s %10s %8s %8s %8s\n", "configuration", "nodes", "last pod", "bound", "p50 node", "p99 node", "max node", "mutating", "throttled", "ADD fail", "unserved", "unready")
 	for _, r := range rs {
 		th := 0
 		for _, n := range r.Throttled {
@@ -266,7 +266,7 @@ func Table(rs []*Report) string {
 		if r.Model == "" {
 			unready = fmt.Sprint(r.SentUnready)
 		}
-		fmt.Fprintf(&b, "%-34s %6d %8.0fs %8.0fs %8.0fs %8.0fs %8.0fs %9d %10d %8d %8d %8s\n", name(r), r.Opts.Nodes,
+		fmt.Fprintf(&b, "%-50s %6d %8.0fs %8.0fs %8.0fs %8.0fs %8.0fs %9d %10d %8d %8d %8s\n", name(r), r.Opts.Nodes,
 			r.Last.Seconds(), r.Bound.Seconds(), r.Percentile(0.5).Seconds(), r.Percentile(0.99).Seconds(), r.Percentile(1).Seconds(),
 			r.Mutations(), th, fails, r.Unserved, unready)
 	}
@@ -303,6 +303,9 @@ func name(r *Report) string {
 	}
 	if o.LaunchSecondaries+o.LaunchPrefixes > 0 {
 		s = fmt.Sprintf("launch template (%d addrs, %d /28)", o.LaunchSecondaries, o.LaunchPrefixes)
+	}
+	if o.Warm.MinimumIPTarget > 0 {
+		s += fmt.Sprintf(", minimumIPTarget %d", o.Warm.MinimumIPTarget)
 	}
 	if o.Gate {
 		s += ", gated"

@@ -16,7 +16,7 @@ var (
 	fleetNodes   = flag.Int("fleet.nodes", 0, "TestFleet: nodes launched at once (0 skips it)")
 	fleetPods    = flag.Int("fleet.pods", 30, "TestFleet: pods per node")
 	fleetAddWait = flag.Duration("fleet.add-wait", 25*time.Second, "TestFleet: each ADD's wait on a dry pool (addWaitSeconds)")
-	fleetConfigs = flag.String("fleet.configs", "secondary,prefix,template,ungated,ipamd", "TestFleet: configurations to run (ungated: secondary addresses without the readiness gate)")
+	fleetConfigs = flag.String("fleet.configs", "secondary,prefix,template,ungated,ipamd", "TestFleet: configurations to run (ungated: secondary addresses without the readiness gate; minimum: secondary addresses with minimumIPTarget = pods + 5)")
 )
 
 // TestFleet is `make fleet`: a scale-up of -fleet.nodes nodes, each
@@ -37,9 +37,11 @@ func TestFleet(t *testing.T) {
 	lt.LaunchPrefixes = (*fleetPods + 5 + 15) / 16
 	ungated := base
 	ungated.Gate = false
+	minimum := base
+	minimum.Warm.MinimumIPTarget = *fleetPods + 5
 	var rs []*Report
-	for i, o := range []Options{base, pd, lt, ungated} {
-		if !strings.Contains(*fleetConfigs, []string{"secondary", "prefix", "template", "ungated"}[i]) {
+	for i, o := range []Options{base, pd, lt, ungated, minimum} {
+		if !strings.Contains(*fleetConfigs, []string{"secondary", "prefix", "template", "ungated", "minimum"}[i]) {
 			continue
 		}
 		wall := time.Now()
