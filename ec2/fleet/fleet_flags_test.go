@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"flag"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -16,7 +17,7 @@ var (
 	fleetNodes   = flag.Int("fleet.nodes", 0, "TestFleet: nodes launched at once (0 skips it)")
 	fleetPods    = flag.Int("fleet.pods", 30, "TestFleet: pods per node")
 	fleetAddWait = flag.Duration("fleet.add-wait", 25*time.Second, "TestFleet: each ADD's wait on a dry pool (addWaitSeconds)")
-	fleetConfigs = flag.String("fleet.configs", "secondary,prefix,template,ungated,ipamd", "TestFleet: configurations to run (ungated: secondary addresses without the readiness gate; minimum: secondary addresses with minimumIPTarget = pods + 5)")
+	fleetConfigs = flag.String("fleet.configs", "secondary,prefix,template,ungated,ipamd", "TestFleet: configurations to run (ungated: secondary addresses without the readiness gate; minimum, prefix-minimum: secondary addresses or prefix delegation with minimumIPTarget = pods + 5)")
 )
 
 // TestFleet is `make fleet`: a scale-up of -fleet.nodes nodes, each
@@ -39,9 +40,12 @@ func TestFleet(t *testing.T) {
 	ungated.Gate = false
 	minimum := base
 	minimum.Warm.MinimumIPTarget = *fleetPods + 5
+	pdMinimum := pd
+	pdMinimum.Warm.MinimumIPTarget = *fleetPods + 5
+	configs := strings.Split(*fleetConfigs, ",")
 	var rs []*Report
-	for i, o := range []Options{base, pd, lt, ungated, minimum} {
-		if !strings.Contains(*fleetConfigs, []string{"secondary", "prefix", "template", "ungated", "minimum"}[i]) {
+	for i, o := range []Options{base, pd, lt, ungated, minimum, pdMinimum} {
+		if !slices.Contains(configs, []string{"secondary", "prefix", "template", "ungated", "minimum", "prefix-minimum"}[i]) {
 			continue
 		}
 		wall := time.Now()
@@ -54,7 +58,7 @@ func TestFleet(t *testing.T) {
 		})
 		rs[len(rs)-1].Real = time.Since(wall)
 	}
-	if strings.Contains(*fleetConfigs, "ipamd") {
+	if slices.Contains(configs, "ipamd") {
 		rs = append(rs, IPAMD(*fleetNodes, *fleetPods, 1))
 	}
 	t.Logf("scale-up on virtual time: %d nodes × %d pods at once, m5.xlarge, warmIPTarget 5, addWaitSeconds %v\n%s",
