@@ -1,6 +1,7 @@
 package ec2
 
 import (
+	"bytes"
 	"context"
 	"path/filepath"
 	"sync"
@@ -76,11 +77,12 @@ func TestThrottledCallsWaitForTheBucket(t *testing.T) {
 	}
 }
 
-// TestTimerPassPausesAfterThrottle: a pass nobody waits for (the timer's)
-// that EC2 throttles is remembered outside the store, which stays as it
-// was; the next timer pass within the pause makes no EC2 call, one after
-// it tries again and lengthens the streak, and the first that gets
-// through forgets it.
+// TestTimerPassPausesAfterThrottle: passes nobody waits for (the
+// timer's) that EC2 throttles are remembered outside the store, which
+// stays as it was. Two in a row pause nothing (an operator's warm right
+// after runs); from the third, the next pass within lastingPause makes no
+// EC2 call, one after it tries again and lengthens the streak, and the
+// first that gets through forgets it.
 func TestTimerPassPausesAfterThrottle(t *testing.T) {
 	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge"}, section.WarmConfig{WarmIPTarget: 5})
 	e.w.API = NewAPI(e.fake.URL(), "us-east-1", NewMetadataClient(e.fake.URL()), fastRetry)
@@ -89,28 +91,34 @@ func TestTimerPassPausesAfterThrottle(t *testing.T) {
 	e.warm(t) // limits and the first addresses
 	e.w.Cfg.WarmIPTarget = 20
 	e.fake.Throttle("AssignPrivateIpAddresses", 1000)
-	if err := e.w.Run(context.Background()); err == nil {
-		t.Fatal("throttled pass succeeded")
+	state := e.st.Bytes()
+	for streak := 1; streak <= lastingThrottle; streak++ {
+		e.now = e.now.Add(time.Second)
+		if err := e.w.Run(context.Background()); err == nil {
+			t.Fatalf("throttled pass %d succeeded", streak)
+		}
+		if o, err := mem.Load(); err != nil || o == nil || o.Streak != streak {
+			t.Fatalf("remembered %+v (%v) after %d throttled passes", o, err, streak)
+		}
 	}
-	o, err := mem.Load()
-	if err != nil || o == nil || o.Streak != 1 || e.lastPass(t) != nil {
-		t.Fatalf("remembered %+v (%v), store's outcome %+v: want a streak of 1 outside the store", o, err, e.lastPass(t))
+	if !bytes.Equal(state, e.st.Bytes()) || e.lastPass(t) != nil {
+		t.Errorf("throttled passes nobody waited for changed the store")
 	}
 	calls := e.fake.Calls()["AssignPrivateIpAddresses"]
-	e.now = e.now.Add(500 * time.Millisecond)
+	e.now = e.now.Add(lastingBase / 4)
 	e.warm(t)
 	if n := e.fake.Calls()["AssignPrivateIpAddresses"]; n != calls {
 		t.Errorf("a pass within the pause made %d Assign calls", n-calls)
 	}
-	e.now = e.now.Add(section.ThrottledBase)
+	e.now = e.now.Add(lastingBase)
 	if err := e.w.Run(context.Background()); err == nil {
-		t.Fatal("throttled pass succeeded")
+		t.Fatal("throttled pass after the pause succeeded")
 	}
-	if o, _ := mem.Load(); o == nil || o.Streak != 2 {
-		t.Fatalf("remembered %+v after a second throttled pass, want a streak of 2", o)
+	if o, _ := mem.Load(); o == nil || o.Streak != lastingThrottle+1 {
+		t.Fatalf("remembered %+v after the pause's throttled pass, want a streak of %d", o, lastingThrottle+1)
 	}
 	e.fake.ClearFaults()
-	e.now = e.now.Add(2 * section.ThrottledBase)
+	e.now = e.now.Add(2 * lastingBase)
 	e.warm(t)
 	if o, _ := mem.Load(); o != nil {
 		t.Errorf("remembered %+v after a pass got through", o)

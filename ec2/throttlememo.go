@@ -5,16 +5,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/eni-cni/eni-cni/atomicfile"
 	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
 // ThrottleMemory remembers, from one warm pass to the next, that EC2
-// throttled the last ones: the timer's passes are processes of their own,
+// throttled the last ones (for lastingPause): the timer's passes are processes of their own,
 // and without readyWhenFilled the store records a pass's outcome only for
 // the ADDs waiting on it (a failed pass nobody waited for leaves the store
 // as it was; with it, the pass's Growth says so and the memory is not
@@ -86,32 +88,68 @@ func (m *MemThrottles) Save(o *section.PassOutcome) error {
 	return nil
 }
 
-// throttlePause reports, and says, that the pause after a throttled pass
-// still runs (section.PassOutcome.Pause): the one ADDs waiting on the pool
-// recorded in the store, the growth of this boot's last pass, or the one
-// the timer's passes remember. The pass after the pause does the work,
-// IMDS's look included.
+// A pass nobody waits for (the timer's, every 30 s) after lastingThrottle
+// throttled passes in a row skips its EC2 work for lastingPause: the
+// account's buckets stay empty, and the fleet's timers meeting them every
+// 30 s only keep them so. It grows from lastingBase to lastingCap. Fewer
+// throttles in a row pause no such pass (the 30 s of the timer already
+// exceed the pause of ADDs, section.ThrottledPause), nor an operator's
+// `eni-cni warm` run after one.
+const (
+	lastingThrottle = 3
+	lastingBase     = time.Minute
+	lastingCap      = 10 * time.Minute
+)
+
+// lastingPause is how long passes nobody waits for pause after the
+// throttled pass o of instance id: nothing below lastingThrottle passes in
+// a row, then lastingBase doubling to lastingCap, drawn from the upper
+// half by the instance's ID so that a fleet throttled together comes back
+// spread.
+func lastingPause(o *section.PassOutcome, id string) time.Duration {
+	if o == nil || o.Result != section.PassThrottled || o.Streak < lastingThrottle {
+		return 0
+	}
+	d := lastingCap
+	if n := o.Streak - lastingThrottle; n < 8 {
+		d = min(lastingCap, lastingBase<<n)
+	}
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%s/%d", id, o.Streak)
+	return d/2 + time.Duration(uint64(h.Sum32())%uint64(d/2+1))
+}
+
+// throttlePause reports, and says, that this pass skips its EC2 work: with
+// ADDs waiting, while the pause after the throttled pass they recorded
+// runs (as they do, section.PassOutcome.Pause); with none, while the
+// lastingPause after this boot's throttled passes runs (the growth
+// readyWhenFilled records, or what the Throttles memory keeps). The pass
+// after the pause does the work, IMDS's look included.
 func (w *Warmer) throttlePause(ctx context.Context) (bool, error) {
 	v, err := w.snapshot(ctx)
 	if err != nil {
 		return false, err
 	}
-	remembered, err := w.lastThrottled()
-	if err != nil {
-		return false, err
-	}
 	now, id := w.now(), v.src.InstanceID
-	var lp *section.PassOutcome
-	for _, o := range []*section.PassOutcome{v.src.LastPass, v.src.Growth, remembered} {
-		if o != nil && (o != v.src.Growth || o.Boot == w.Mgr.BootID) && o.Pausing(id, now) {
-			lp = o
-			break
+	if v.st.Waiting(now) > 0 {
+		lp := v.src.LastPass
+		if !lp.Pausing(id, now) {
+			return false, nil
+		}
+		w.say("EC2 throttled the last %d passes in a row: no EC2 call until %s", lp.Streak, lp.At.Add(lp.Pause(id)).UTC().Format("15:04:05"))
+		return true, nil
+	}
+	o := v.src.Growth
+	if o == nil || o.Boot != w.Mgr.BootID {
+		if o, err = w.lastThrottled(); err != nil {
+			return false, err
 		}
 	}
-	if lp == nil {
+	d := lastingPause(o, id)
+	if d == 0 || o.At.After(now) || !now.Before(o.At.Add(d)) {
 		return false, nil
 	}
-	w.say("EC2 throttled the last %d passes in a row: no EC2 call until %s", lp.Streak, lp.At.Add(lp.Pause(v.src.InstanceID)).UTC().Format("15:04:05"))
+	w.say("EC2 throttled the last %d passes in a row: no EC2 call until %s", o.Streak, o.At.Add(d).UTC().Format("15:04:05"))
 	return true, nil
 }
 
