@@ -10,15 +10,22 @@ export ENI_CNI_TOOLS ?= /opt/eni-cni-test
 .PHONY: build demo test test-unit test-privileged test-e2e test-kubelet test-daemonset test-kubeadm test-cluster deps-kubeadm test-conformance deps-conformance deps lint bench fleet install uninstall image clean stress fuzz
 
 # The shipped binary is the lean build (CNI verbs without grpc and the AWS
-# SDK) with the full build embedded for gc, warm and IMDS reads (seam_lean.go).
+# SDK) with two builds embedded (seam_lean.go): the ec2 build for warm and
+# IMDS reads, the full build for gc and the rest.
 # FULL_TAGS: grpcnotrace leaves out grpc's golang.org/x/net/trace, whose
 # html/template makes the linker keep every exported method of every linked
 # type (the AWS SDK's above all): 47 MB instead of 14, and milliseconds of
 # start-up on every warm and gc run (deps_test.go holds the build to it).
+# EC2_TAGS: the ec2 build, the warm/internal/max-pods commands without the
+# CRI client, protobuf and D-Bus (seam_ec2.go), which a settled warm pass on
+# the timer would otherwise initialise every minute.
 FULL_TAGS := grpcnotrace
+EC2_TAGS := ec2build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -tags "$(FULL_TAGS)" -ldflags "$(LDFLAGS)" -o embedded/eni-cni-full .
 	sha256sum embedded/eni-cni-full | cut -d' ' -f1 > embedded/eni-cni-full.sha256
+	CGO_ENABLED=0 $(GO) build -trimpath -tags "$(EC2_TAGS)" -ldflags "$(LDFLAGS)" -o embedded/eni-cni-ec2 .
+	sha256sum embedded/eni-cni-ec2 | cut -d' ' -f1 > embedded/eni-cni-ec2.sha256
 	CGO_ENABLED=0 $(GO) build -trimpath -tags lean -ldflags "$(LDFLAGS)" -o $(BIN) .
 
 # A throwaway node namespace, a few pods on the static pool, ping, DEL, cleanup.
@@ -38,6 +45,7 @@ lint: build
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags lean .
+	$(GO) vet -tags "$(EC2_TAGS)" .
 
 # Unit tests run without root; privileged tests skip themselves unless root.
 test-unit:
@@ -101,6 +109,8 @@ test-conformance: build deps-conformance
 
 test: deps lint build
 	ENI_CNI_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -race -timeout 30m ./...
+	$(GO) test -count=1 -tags lean -run '^TestEmbedded' .
+	$(GO) test -count=1 -tags "$(EC2_TAGS)" .
 	$(MAKE) --no-print-directory fuzz FUZZTIME=15s FUZZ_TARGETS=./plugin:FuzzVerb
 	$(MAKE) --no-print-directory stress STRESS_DURATION=60s
 	$(MAKE) --no-print-directory test-e2e

@@ -23,6 +23,9 @@ func TestGCCommandBadRuntimeChangesNothing(t *testing.T) {
 	if leanBuild {
 		t.Skip("the lean build execs the full build in place of the test process; covered by the default build")
 	}
+	if ec2Build {
+		t.Skip("gc runs in the full build alone; covered by the default build")
+	}
 	confDir, stateDir := writeConflist(t)
 	store, _ := alloc.NewDiskStore(stateDir)
 	boot, _ := alloc.ReadBootID()
@@ -83,6 +86,9 @@ func TestGCCommandBadRuntimeChangesNothing(t *testing.T) {
 func TestGCGraceFlagMinimum(t *testing.T) {
 	if leanBuild {
 		t.Skip("the lean build execs the full build in place of the test process; covered by the default build")
+	}
+	if ec2Build {
+		t.Skip("gc runs in the full build alone; covered by the default build")
 	}
 	confDir, stateDir := writeConflist(t)
 	store, _ := alloc.NewDiskStore(stateDir)

@@ -1,4 +1,4 @@
-//go:build !lean
+//go:build !lean && !ec2build
 
 package main
 

@@ -85,9 +85,10 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 }
 
 // fullOnly names the subcommands that link the CRI client, the AWS SDK or
-// D-Bus, with how the lean build (the shipped binary) gets its embedded
-// full build for them. The full build runs them in process (runFull in
-// seam_full.go); the lean build execs the full build (seam_lean.go).
+// D-Bus, with how the lean build (the shipped binary) gets the embedded
+// build that runs them (the ec2 build for those inEC2Build names, else the
+// full build). The full and ec2 builds run them in process (runFull in
+// seam_full.go, seam_ec2.go); the lean build execs them (seam_lean.go).
 func fullOnly(cmd string) (delegate.Use, bool) {
 	switch cmd {
 	case "gc", "warm", "repair", "internal":
@@ -98,6 +99,18 @@ func fullOnly(cmd string) (delegate.Use, bool) {
 		return delegate.Memory, true
 	}
 	return 0, false
+}
+
+// inEC2Build names the delegated commands that the embedded ec2 build runs
+// instead of the full one: the EC2 pool's (the AWS SDK, without the CRI
+// client, protobuf and D-Bus, whose start-up every timer-driven warm pass
+// and every IMDS read of a dry-pool ADD would pay).
+func inEC2Build(cmd string) bool {
+	switch cmd {
+	case "warm", "internal", "max-pods":
+		return true
+	}
+	return false
 }
 
 // commonFlags are the flags every config-reading command takes.

@@ -27,6 +27,29 @@ func TestLeanBuildStaysLean(t *testing.T) {
 	}
 }
 
+// TestEC2BuildLinksNoCRI guards the start of every warm pass the timer
+// runs: the ec2 build (seam_ec2.go) links the AWS SDK, not the CRI client,
+// protobuf or D-Bus, whose package initialisation (cri-api's descriptors
+// above all) took milliseconds of each pass when warm ran in the full build.
+func TestEC2BuildLinksNoCRI(t *testing.T) {
+	tags := makefileVar(t, "EC2_TAGS")
+	out, err := exec.Command("go", "list", "-e", "-tags", tags, "-deps", ".").Output()
+	if err != nil {
+		t.Skipf("go list unavailable: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, "github.com/aws/aws-sdk-go-v2/service/ec2") {
+		t.Fatal("the ec2 build does not link the EC2 client: this test no longer guards anything")
+	}
+	for _, dep := range deps {
+		for _, heavy := range []string{"google.golang.org/grpc", "google.golang.org/protobuf", "k8s.io/cri-api", "github.com/godbus/"} {
+			if strings.HasPrefix(dep, heavy) {
+				t.Errorf("the ec2 build (-tags %q) links %s", tags, dep)
+			}
+		}
+	}
+}
+
 // TestFullBuildKeepsDeadCodeElimination guards the full build's size and
 // start-up: grpc-go links golang.org/x/net/trace unless built with the
 // grpcnotrace tag, and trace's html/template (a reflect.Method user) makes

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"strings"
+	"testing"
 	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
@@ -17,4 +19,19 @@ func newPlugin(cfg *netconf.Config) (*plugin.Plugin, error) { return plugin.Open
 func age(a *alloc.Allocation, d time.Duration) {
 	a.AllocatedAt = a.AllocatedAt.Add(-d)
 	a.AllocatedBoot -= d
+}
+
+// usageCommands are the commands the usage text lists.
+func usageCommands(t *testing.T) []string {
+	t.Helper()
+	var names []string
+	for _, line := range strings.Split(usage, "\n") {
+		if f := strings.Fields(line); strings.HasPrefix(line, "  ") && len(f) > 0 && !strings.HasPrefix(f[0], "-") && !strings.HasPrefix(f[0], "[") {
+			names = append(names, f[0])
+		}
+	}
+	if len(names) < 12 {
+		t.Fatalf("found only %v in the usage", names)
+	}
+	return names
 }

@@ -15,9 +15,11 @@ import (
 // The shipped binary is this lean build: the CNI verbs and the light
 // subcommands, without the CRI client (grpc) and the AWS SDK, whose package
 // initialisation alone would add milliseconds to every pod's ADD. It
-// carries the full build (the same source without -tags lean) inside it
-// and runs that (package delegate) for what needs those libraries.
-// `make build` produces embedded/eni-cni-full before this build.
+// carries two builds of the same source inside it and runs them (package
+// delegate) for what needs those libraries: the ec2 build (-tags ec2build:
+// the AWS SDK only) for the EC2 pool's commands, which the timer runs every
+// minute and a dry-pool ADD waits for, and the full build (no tags) for the
+// rest. `make build` produces both in embedded/ before this build.
 //
 //go:embed embedded/eni-cni-full
 var fullBinary []byte
@@ -29,16 +31,30 @@ var fullBinary []byte
 //go:embed embedded/eni-cni-full.sha256
 var fullDigest string
 
-func embedded() delegate.Full {
-	return delegate.Full{Build: fullexec.Build{Data: fullBinary, Digest: strings.TrimSpace(fullDigest)}}
+//go:embed embedded/eni-cni-ec2
+var ec2Binary []byte
+
+//go:embed embedded/eni-cni-ec2.sha256
+var ec2Digest string
+
+// embedded is the build that runs cmd.
+func embedded(cmd string) delegate.Full {
+	ec2B := fullexec.Build{Name: "ec2", Data: ec2Binary, Digest: strings.TrimSpace(ec2Digest)}
+	fullB := fullexec.Build{Name: "full", Data: fullBinary, Digest: strings.TrimSpace(fullDigest)}
+	if inEC2Build(cmd) {
+		ec2B.Siblings = []fullexec.Build{fullB}
+		return delegate.Full{Build: ec2B}
+	}
+	fullB.Siblings = []fullexec.Build{ec2B}
+	return delegate.Full{Build: fullB}
 }
 
 // full serves the EC2 provider's IMDS reads and warm command through the
-// embedded full build.
-func full() provider.Full { return embedded() }
+// embedded ec2 build.
+func full() provider.Full { return embedded("internal") }
 
-// runFull replaces this process with the full build running the same
-// subcommand, so exit code, stdout and stderr are the full build's own.
+// runFull replaces this process with the embedded build running the same
+// subcommand, so exit code, stdout and stderr are that build's own.
 func runFull(cmd string, use delegate.Use, args []string, _, _ io.Writer) error {
-	return embedded().Exec(cmd, args, use)
+	return embedded(cmd).Exec(cmd, args, use)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"net/netip"
 	"os"
 	"strings"
@@ -21,11 +22,18 @@ var ErrPoolExhausted = errors.New("no free address")
 // message tells the operator why the pool is empty.
 type ExhaustedError struct {
 	Counts Counts
+	// Family is the family with no free address, on a network of two
+	// (Counts are then that family's); "" on a network of one.
+	Family string
 }
 
 func (e *ExhaustedError) Error() string {
-	return fmt.Sprintf("no free address (%d allocated, %d cooling, %d in pool)",
-		e.Counts.Allocated, e.Counts.Cooling, e.Counts.Total)
+	what := "address"
+	if e.Family != "" {
+		what = e.Family + " address"
+	}
+	return fmt.Sprintf("no free %s (%d allocated, %d cooling, %d in pool)",
+		what, e.Counts.Allocated, e.Counts.Cooling, e.Counts.Total)
 }
 
 func (e *ExhaustedError) Is(target error) bool { return target == ErrPoolExhausted }
@@ -40,6 +48,32 @@ type Counts struct {
 	// (static ranges changed, an address gone from the ec2 pool). They are
 	// kept, as their pods may still use them, and never handed out again.
 	Outside int `json:"outside,omitempty"`
+	// Families are the counts of each family, on a network that is not
+	// of IPv4 only (the fields above are then their sums, and a pod
+	// of a dual-stack network holds one address of each).
+	Families *FamilyCounts `json:"families,omitempty"`
+}
+
+// FamilyCounts are the counts of each family of a network's pool (a
+// pointer, so that Counts stays comparable).
+type FamilyCounts struct {
+	IPv4 *Counts `json:"ipv4,omitempty"`
+	IPv6 *Counts `json:"ipv6,omitempty"`
+}
+
+// Of returns the counts of family f, if the network has it.
+func (fc *FamilyCounts) Of(f Family) (Counts, bool) {
+	if fc == nil {
+		return Counts{}, false
+	}
+	p := fc.IPv4
+	if f == IPv6 {
+		p = fc.IPv6
+	}
+	if p == nil {
+		return Counts{}, false
+	}
+	return *p, true
 }
 
 // Request is what an ADD knows about the attachment it wants an address for.
@@ -58,6 +92,10 @@ type Manager struct {
 	BootID      string        // current boot; allocations of other boots are dropped
 	Cooldown    time.Duration // how long a freed address rests before reuse
 	LockTimeout time.Duration
+	// Families are the families each attachment gets one address of
+	// (nil: IPv4 only). A dual-stack attachment takes one of each in one
+	// save, or none.
+	Families []Family
 	// Network is the network whose calls this manager serves (several
 	// networks may share one store). Its saves record it in the store
 	// (State.Networks); a store that does not record it is asked about
@@ -227,36 +265,82 @@ func (m *Manager) AllocateIn(st *State, req Request) (a Allocation, existed, cha
 			return Allocation{}, false, false, err
 		}
 	}
-	ip, eni, ok := m.pick(st)
-	if !ok {
-		return Allocation{}, false, false, &ExhaustedError{Counts: m.Counts(st)}
+	fams := m.families()
+	var ips [2]netip.Addr
+	var eni string
+	for i, f := range fams {
+		ip, e, ok := m.pick(st, f)
+		if !ok {
+			if len(fams) == 1 {
+				return Allocation{}, false, false, &ExhaustedError{Counts: m.Counts(st)}
+			}
+			return Allocation{}, false, false, &ExhaustedError{Counts: m.familyCounts(st, f), Family: f.String()}
+		}
+		ips[i] = ip
+		if i == 0 {
+			eni = e
+		}
 	}
 	a = Allocation{
-		Key: req.Key, IP: ip, ENI: eni,
+		Key: req.Key, IP: ips[0], IP6: ips[1], ENI: eni,
 		PodNamespace: req.PodNamespace, PodName: req.PodName, PodUID: req.PodUID,
 		Netns: req.Netns, HostVeth: req.HostVeth, AllocatedAt: m.now().UTC(), AllocatedBoot: m.boot(),
 	}
 	st.Allocations = append(st.Allocations, a)
-	st.LastIP = ip
+	for _, ip := range a.Addrs() {
+		if ip.Is4() {
+			st.LastIP = ip
+		} else {
+			st.LastIP6 = ip
+		}
+	}
 	st.DropDemand(req.Key)
 	return a, false, true, nil
 }
 
-// pick returns the first usable address after st.LastIP, wrapping around.
-func (m *Manager) pick(st *State) (netip.Addr, string, bool) {
-	taken := make(map[netip.Addr]bool, len(st.Allocations)+len(st.Cooling))
+// pick returns the first usable address of family f after the last one
+// given (LastIP, LastIP6), wrapping around.
+func (m *Manager) pick(st *State, f Family) (netip.Addr, string, bool) {
+	if len(m.Families) == 0 {
+		return m.pickFrom(st, m.Pool.Addrs(st), st.LastIP)
+	}
+	if f == IPv4 {
+		return m.pickFrom(st, addrsOf(m.Pool, st, IPv4), st.LastIP)
+	}
+	last := st.LastIP6
+	if !last.IsValid() && st.LastIP.Is6() {
+		last = st.LastIP
+	}
+	if s, ok := m.Pool.(seeker); ok {
+		return m.pickAfter(st, s, last)
+	}
+	return m.pickFrom(st, addrsOf(m.Pool, st, IPv6), last)
+}
+
+// taken are the addresses held or cooling.
+func taken(st *State) map[netip.Addr]bool {
+	t := make(map[netip.Addr]bool, len(st.Allocations)+len(st.Cooling))
 	for _, a := range st.Allocations {
-		taken[a.IP] = true
+		for _, ip := range a.Addrs() {
+			t[ip] = true
+		}
 	}
 	for _, c := range st.Cooling {
-		taken[c.IP] = true
+		t[c.IP] = true
 	}
+	return t
+}
+
+// pickFrom returns the first address of addrs not taken after last,
+// wrapping around.
+func (m *Manager) pickFrom(st *State, addrs iter.Seq2[netip.Addr, string], last netip.Addr) (netip.Addr, string, bool) {
+	taken := taken(st)
 	var first netip.Addr
 	var firstENI string
-	seenLast := !st.LastIP.IsValid()
-	for ip, eni := range m.Pool.Addrs(st) {
+	seenLast := !last.IsValid()
+	for ip, eni := range addrs {
 		if taken[ip] {
-			if ip == st.LastIP {
+			if ip == last {
 				seenLast = true
 			}
 			continue
@@ -267,12 +351,31 @@ func (m *Manager) pick(st *State) (netip.Addr, string, bool) {
 		if !first.IsValid() {
 			first, firstENI = ip, eni
 		}
-		if ip == st.LastIP {
+		if ip == last {
 			seenLast = true
 		}
 	}
-	// Nothing free after LastIP (or LastIP left the pool): wrap around.
+	// Nothing free after last (or last left the pool): wrap around.
 	return first, firstENI, first.IsValid()
+}
+
+// seeker is a pool that can start its walk anywhere: an IPv6 range holds
+// up to 2^64 addresses or more, and pickFrom walks from the first one to
+// the last given on every ADD.
+type seeker interface {
+	// AddrsAfter yields the IPv6 addresses after a (from the first when
+	// a is not in the pool), then from the first up to a, in pool order.
+	AddrsAfter(st *State, a netip.Addr) iter.Seq2[netip.Addr, string]
+}
+
+func (m *Manager) pickAfter(st *State, s seeker, last netip.Addr) (netip.Addr, string, bool) {
+	taken := taken(st)
+	for ip, eni := range s.AddrsAfter(st, last) {
+		if !taken[ip] {
+			return ip, eni, true
+		}
+	}
+	return netip.Addr{}, "", false
 }
 
 // Release frees the address of k into cooldown. If ip is valid the
@@ -337,11 +440,14 @@ func (m *Manager) releaseIn(st *State, k Key, ip netip.Addr, cooldown time.Durat
 	a := st.Allocations[i]
 	st.Allocations = append(st.Allocations[:i], st.Allocations[i+1:]...)
 	if cooldown > 0 {
-		c := Cooling{IP: a.IP, Until: m.now().Add(cooldown).UTC(), For: cooldown}
-		if boot := m.boot(); boot > 0 {
-			c.UntilBoot = boot + cooldown
+		// A dual-stack attachment's two addresses cool down together.
+		for _, ip := range a.Addrs() {
+			c := Cooling{IP: ip, Until: m.now().Add(cooldown).UTC(), For: cooldown}
+			if boot := m.boot(); boot > 0 {
+				c.UntilBoot = boot + cooldown
+			}
+			st.Cooling = append(st.Cooling, c)
 		}
-		st.Cooling = append(st.Cooling, c)
 	}
 	return a, true
 }
@@ -407,21 +513,59 @@ func (m *Manager) Peek() (*State, Counts, error) {
 	return st, m.Counts(st), nil
 }
 
-// Counts summarises st against the pool.
+// Counts summarises st against the pool, with the counts of each family
+// on a network that is not of IPv4 only.
 func (m *Manager) Counts(st *State) Counts {
-	c := Counts{Total: m.Pool.Size(st)}
+	if len(m.Families) == 0 {
+		return m.countsOf(st, m.Pool.Size(st), func(netip.Addr) bool { return true })
+	}
+	var c Counts
+	c.Families = &FamilyCounts{}
+	for _, f := range m.families() {
+		fc := m.familyCounts(st, f)
+		if f == IPv4 {
+			c.Families.IPv4 = &fc
+		} else {
+			c.Families.IPv6 = &fc
+		}
+		c.Total, c.Free, c.Cooling = addSat(c.Total, fc.Total), addSat(c.Free, fc.Free), c.Cooling+fc.Cooling
+		c.Allocated, c.Outside = c.Allocated+fc.Allocated, c.Outside+fc.Outside
+	}
+	return c
+}
+
+// familyCounts are the counts of family f's addresses.
+func (m *Manager) familyCounts(st *State, f Family) Counts {
+	total := 0
+	if s, ok := m.Pool.(interface{ FamilySize(Family) int }); ok {
+		total = s.FamilySize(f)
+	} else {
+		for range addrsOf(m.Pool, st, f) {
+			total++
+		}
+	}
+	return m.countsOf(st, total, func(ip netip.Addr) bool { return FamilyOf(ip) == f })
+}
+
+func (m *Manager) countsOf(st *State, total int, of func(netip.Addr) bool) Counts {
+	c := Counts{Total: total}
 	allocated := make(map[netip.Addr]bool, len(st.Allocations))
 	for _, a := range st.Allocations {
-		if m.Pool.Contains(st, a.IP) {
-			c.Allocated++
-			allocated[a.IP] = true
-		} else {
-			c.Outside++
+		for _, ip := range a.Addrs() {
+			if !of(ip) {
+				continue
+			}
+			if m.Pool.Contains(st, ip) {
+				c.Allocated++
+				allocated[ip] = true
+			} else {
+				c.Outside++
+			}
 		}
 	}
 	now, boot := m.now(), m.boot()
 	for _, cl := range st.Cooling {
-		if !allocated[cl.IP] && m.cooling(cl, now, boot) && m.Pool.Contains(st, cl.IP) {
+		if of(cl.IP) && !allocated[cl.IP] && m.cooling(cl, now, boot) && m.Pool.Contains(st, cl.IP) {
 			c.Cooling++
 		}
 	}

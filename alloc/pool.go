@@ -1,9 +1,14 @@
 package alloc
 
 import (
+	"cmp"
+	"encoding/binary"
 	"fmt"
 	"iter"
+	"math"
+	"math/bits"
 	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -18,7 +23,7 @@ type Pool interface {
 	Contains(st *State, ip netip.Addr) bool
 }
 
-// Range is an inclusive span of IPv4 addresses.
+// Range is an inclusive span of addresses of one family.
 type Range struct {
 	First, Last netip.Addr
 }
@@ -28,15 +33,22 @@ type Range struct {
 type Ranges []Range
 
 // ParseRanges parses CIDRs ("10.0.0.0/24", network and broadcast addresses
-// excluded) and spans ("10.0.0.10-10.0.0.20", both ends included). Ranges
-// must be IPv4 and must not overlap.
+// excluded; "fd00:10::/120", its first address, the subnet-router anycast
+// one, excluded) and spans ("10.0.0.10-10.0.0.20", both ends included).
+// Ranges must be IPv4 and must not overlap.
 func ParseRanges(specs []string) (Ranges, error) {
+	return ParseRangesOf(specs, []Family{IPv4})
+}
+
+// ParseRangesOf is ParseRanges for a network of families: its ranges may
+// be of each of them (and of no other).
+func ParseRangesOf(specs []string, families []Family) (Ranges, error) {
 	if len(specs) == 0 {
 		return nil, fmt.Errorf("no ranges given")
 	}
 	var rs Ranges
 	for _, spec := range specs {
-		r, err := parseRange(strings.TrimSpace(spec))
+		r, err := parseRange(strings.TrimSpace(spec), families)
 		if err == nil {
 			err = r.special()
 		}
@@ -53,7 +65,18 @@ func ParseRanges(specs []string) (Ranges, error) {
 	return rs, nil
 }
 
-func parseRange(spec string) (Range, error) {
+// familyAllowed refuses an address of a family the network does not have.
+func familyAllowed(a netip.Addr, families []Family) error {
+	if slices.Contains(families, FamilyOf(a)) {
+		return nil
+	}
+	if FamilyOf(a) == IPv6 {
+		return fmt.Errorf("only IPv4 is supported on a network of IPv4 only (add \"ipv6\" to ipFamilies for IPv6 ranges)")
+	}
+	return fmt.Errorf("an IPv4 range on a network of IPv6 only (add \"ipv4\" to ipFamilies for IPv4 ranges)")
+}
+
+func parseRange(spec string, families []Family) (Range, error) {
 	if first, last, ok := strings.Cut(spec, "-"); ok {
 		a, err := netip.ParseAddr(strings.TrimSpace(first))
 		if err != nil {
@@ -63,8 +86,14 @@ func parseRange(spec string) (Range, error) {
 		if err != nil {
 			return Range{}, err
 		}
-		if !a.Is4() || !b.Is4() {
-			return Range{}, fmt.Errorf("only IPv4 is supported")
+		if err := cmp.Or(familyAllowed(a, families), familyAllowed(b, families)); err != nil {
+			return Range{}, err
+		}
+		if a.Is4() != b.Is4() {
+			return Range{}, fmt.Errorf("start %s and end %s are of different families", a, b)
+		}
+		if a.Zone() != "" || b.Zone() != "" {
+			return Range{}, fmt.Errorf("an address with a zone is not a pod address")
 		}
 		if b.Less(a) {
 			return Range{}, fmt.Errorf("end %s is before start %s", b, a)
@@ -75,16 +104,22 @@ func parseRange(spec string) (Range, error) {
 	if err != nil {
 		return Range{}, fmt.Errorf("neither a CIDR nor a first-last span: %w", err)
 	}
-	if !p.Addr().Is4() {
-		return Range{}, fmt.Errorf("only IPv4 is supported")
+	if err := familyAllowed(p.Addr(), families); err != nil {
+		return Range{}, err
 	}
 	if p.Masked() != p {
 		return Range{}, fmt.Errorf("host bits set, did you mean %s?", p.Masked())
 	}
 	first, last := p.Addr(), lastAddr(p)
-	if p.Bits() <= 30 {
+	switch {
+	case p.Addr().Is4() && p.Bits() <= 30:
 		// The network and broadcast addresses are not host addresses.
 		first, last = first.Next(), last.Prev()
+	case p.Addr().Is6() && p.Bits() <= 126:
+		// IPv6 has no broadcast address; the first address of a subnet
+		// is its routers' anycast address (RFC 4291 2.6.1), as
+		// host-local leaves it out.
+		first = first.Next()
 	}
 	return Range{first, last}, nil
 }
@@ -97,6 +132,11 @@ var notForPods = []netip.Prefix{
 	netip.MustParsePrefix("127.0.0.0/8"),
 	netip.MustParsePrefix("169.254.0.0/16"),
 	netip.MustParsePrefix("224.0.0.0/3"), // multicast, reserved and broadcast
+	// IPv6: ::/8 holds the unspecified, loopback and IPv4-mapped
+	// addresses; fe80::1 is every pod's gateway.
+	netip.MustParsePrefix("::/8"),
+	netip.MustParsePrefix("fe80::/10"),
+	netip.MustParsePrefix("ff00::/8"),
 }
 
 func (r Range) special() error {
@@ -109,6 +149,13 @@ func (r Range) special() error {
 }
 
 func lastAddr(p netip.Prefix) netip.Addr {
+	if p.Addr().Is6() {
+		b := p.Addr().As16()
+		for i := p.Bits(); i < 128; i++ {
+			b[i/8] |= 0x80 >> (i % 8)
+		}
+		return netip.AddrFrom16(b)
+	}
 	a := p.Addr().As4()
 	host := uint32(1)<<(32-p.Bits()) - 1
 	v := (uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])) | host
@@ -133,9 +180,98 @@ func (rs Ranges) Addrs(*State) iter.Seq2[netip.Addr, string] {
 func (rs Ranges) Size(*State) int {
 	n := 0
 	for _, r := range rs {
-		n += int(addrToUint(r.Last)-addrToUint(r.First)) + 1
+		n = addSat(n, r.size())
 	}
 	return n
+}
+
+// of are the ranges of family f.
+func (rs Ranges) of(f Family) Ranges {
+	var out Ranges
+	for _, r := range rs {
+		if FamilyOf(r.First) == f {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// FamilySize is Size of the ranges of family f.
+func (rs Ranges) FamilySize(f Family) int {
+	n := 0
+	for _, r := range rs {
+		if FamilyOf(r.First) == f {
+			n = addSat(n, r.size())
+		}
+	}
+	return n
+}
+
+// size is the number of addresses in r; an IPv6 range of more than
+// math.MaxInt counts as math.MaxInt.
+func (r Range) size() int {
+	if r.First.Is4() {
+		return int(addrToUint(r.Last)-addrToUint(r.First)) + 1
+	}
+	a, b := r.First.As16(), r.Last.As16()
+	hiA, hiB := binary.BigEndian.Uint64(a[:8]), binary.BigEndian.Uint64(b[:8])
+	loA, loB := binary.BigEndian.Uint64(a[8:]), binary.BigEndian.Uint64(b[8:])
+	diff, borrow := bits.Sub64(loB, loA, 0)
+	if hi, _ := bits.Sub64(hiB, hiA, borrow); hi != 0 || diff >= math.MaxInt {
+		return math.MaxInt
+	}
+	return int(diff) + 1
+}
+
+func addSat(a, b int) int {
+	if a > math.MaxInt-b {
+		return math.MaxInt
+	}
+	return a + b
+}
+
+// AddrsAfter yields the IPv6 addresses after a, then those from the
+// first up to a, in pool order (see seeker): each walk starts where the
+// last one ended instead of at the first address.
+func (rs Ranges) AddrsAfter(_ *State, a netip.Addr) iter.Seq2[netip.Addr, string] {
+	return func(yield func(netip.Addr, string) bool) {
+		start := -1
+		for i, r := range rs {
+			if r.First.Is6() && r.First.Compare(a) <= 0 && a.Compare(r.Last) <= 0 {
+				start = i
+			}
+		}
+		walk := func(from, to netip.Addr) bool {
+			for x := from; x.IsValid() && x.Compare(to) <= 0; x = x.Next() {
+				if !yield(x, "") {
+					return false
+				}
+			}
+			return true
+		}
+		if start >= 0 {
+			if !walk(a.Next(), rs[start].Last) {
+				return
+			}
+			for _, r := range rs[start+1:] {
+				if r.First.Is6() && !walk(r.First, r.Last) {
+					return
+				}
+			}
+		}
+		for i, r := range rs {
+			if !r.First.Is6() {
+				continue
+			}
+			if i == start {
+				walk(r.First, a)
+				return
+			}
+			if !walk(r.First, r.Last) {
+				return
+			}
+		}
+	}
 }
 
 func (rs Ranges) Contains(_ *State, a netip.Addr) bool {

@@ -27,14 +27,14 @@ func Salvage(data []byte) (st *State, notes []string) {
 	// Each field on its own: one of the wrong type loses only itself.
 	var raw struct {
 		Allocations, Cooling []json.RawMessage
-		LastIP, EC2          json.RawMessage
+		LastIP, LastIP6, EC2 json.RawMessage
 	}
 	for name, dst := range map[string]*[]json.RawMessage{"allocations": &raw.Allocations, "cooling": &raw.Cooling} {
 		if v, ok := fields[name]; ok && json.Unmarshal(v, dst) != nil {
 			notes = append(notes, fmt.Sprintf("%s dropped: not a list", name))
 		}
 	}
-	raw.LastIP, raw.EC2 = fields["lastIP"], fields["ec2"]
+	raw.LastIP, raw.LastIP6, raw.EC2 = fields["lastIP"], fields["lastIP6"], fields["ec2"]
 	if _, v1 := fields["pool"]; v1 {
 		notes = append(notes, "the version-1 pool is not salvaged: warm (or repair, from IMDS) reads it back")
 	}
@@ -46,22 +46,25 @@ func Salvage(data []byte) (st *State, notes []string) {
 			notes = append(notes, fmt.Sprintf("allocation %d dropped: %v", i, err))
 			continue
 		}
-		one := State{Version: SchemaVersion, Allocations: []Allocation{a}}
+		one := State{Version: SchemaVersionIPv6, Allocations: []Allocation{a}}
 		switch err := one.validate(); {
 		case err != nil:
 			notes = append(notes, fmt.Sprintf("allocation %d dropped: %v", i, err))
 		case keys[a.Key]:
 			notes = append(notes, fmt.Sprintf("allocation %d dropped: %s appears twice", i, a.Key))
-		case ips[a.IP]:
+		case ips[a.IP] || ips[a.IP6]:
 			notes = append(notes, fmt.Sprintf("allocation %d dropped: %s is allocated twice", i, a.IP))
 		default:
 			keys[a.Key], ips[a.IP] = true, true
+			if a.IP6.IsValid() {
+				ips[a.IP6] = true
+			}
 			st.Allocations = append(st.Allocations, a)
 		}
 	}
 	for i, r := range raw.Cooling {
 		var c Cooling
-		if err := json.Unmarshal(r, &c); err != nil || !c.IP.Is4() {
+		if err := json.Unmarshal(r, &c); err != nil || !podAddress(c.IP) {
 			notes = append(notes, fmt.Sprintf("cooling entry %d dropped", i))
 			continue
 		}
@@ -83,6 +86,10 @@ func Salvage(data []byte) (st *State, notes []string) {
 	var last netip.Addr
 	if len(raw.LastIP) > 0 && json.Unmarshal(raw.LastIP, &last) == nil {
 		st.LastIP = last
+	}
+	var last6 netip.Addr
+	if len(raw.LastIP6) > 0 && json.Unmarshal(raw.LastIP6, &last6) == nil && last6.Is6() {
+		st.LastIP6 = last6
 	}
 	// The ec2 section is kept whole or not at all: it is one instance's
 	// facts, and warm reads the rest back from IMDS and EC2.

@@ -23,7 +23,20 @@ import (
 //
 //	1: allocations, cooling, lastIP; ec2 data in "pool" and an opaque "source"
 //	2: ec2 data in one typed section "ec2" (section.EC2), each address with its origin
-const SchemaVersion = 2
+//	3: IPv6: allocations and cooling entries of either family, "ip6" (the
+//	   IPv6 address of a dual-stack attachment), "lastIP6"
+//
+// SchemaVersion is the version of a file that holds no IPv6 address, which
+// every file of an IPv4 network is: version 3 only adds fields, absent in
+// such a file, so it is written as version 2 and the release before IPv6
+// reads it (a downgrade of an IPv4 node keeps its state). A file that holds
+// an IPv6 address is written as SchemaVersionIPv6, which that release
+// refuses rather than drop the IPv6 entries it does not know on its next
+// save. Reading a version-2 file needs no migration.
+const (
+	SchemaVersion     = 2
+	SchemaVersionIPv6 = 3
+)
 
 // Key identifies one attachment of a sandbox to a network, the identity the
 // CNI spec gives DEL: the netns may already be gone when DEL arrives.
@@ -41,7 +54,12 @@ func (k Key) String() string {
 // for people and logs; the sandbox (ContainerID) owns the address.
 type Allocation struct {
 	Key
-	IP           netip.Addr `json:"ip"`
+	// IP is the attachment's address: its IPv4 address, or its IPv6
+	// address on a network of IPv6 only.
+	IP netip.Addr `json:"ip"`
+	// IP6 is the IPv6 address of a dual-stack attachment (IP holds its
+	// IPv4 address); unset on a network of one family. Addrs lists both.
+	IP6          netip.Addr `json:"ip6,omitzero"`
 	PodNamespace string     `json:"podNamespace"`
 	PodName      string     `json:"podName"`
 	PodUID       string     `json:"podUID"`
@@ -79,6 +97,10 @@ type State struct {
 	// LastIP is where the previous allocation ended, so addresses are
 	// handed out round-robin and a freed one is reused as late as possible.
 	LastIP netip.Addr `json:"lastIP"`
+	// LastIP6 is LastIP of the IPv6 addresses (LastIP is the IPv4 one's,
+	// or the IPv6 one's in files of a network of IPv6 only written before
+	// it: pick reads whichever is of the family it picks).
+	LastIP6 netip.Addr `json:"lastIP6,omitzero"`
 	// EC2 is the ec2 provider's section, owned by package ec2/section; nil for
 	// the static source. The store only carries, migrates and prunes it.
 	EC2 *section.EC2 `json:"ec2,omitempty"`
@@ -195,8 +217,8 @@ func (s *State) validate() error {
 	if s.Version == 0 {
 		return fmt.Errorf("%w: no version field", ErrCorrupt)
 	}
-	if s.Version > SchemaVersion || s.Version < 0 {
-		return fmt.Errorf("%w: version %d, this eni-cni reads version %d", ErrUnsupportedVersion, s.Version, SchemaVersion)
+	if s.Version > SchemaVersionIPv6 || s.Version < 0 {
+		return fmt.Errorf("%w: version %d, this eni-cni reads version %d", ErrUnsupportedVersion, s.Version, SchemaVersionIPv6)
 	}
 	keys := make(map[Key]bool, len(s.Allocations))
 	ips := make(map[netip.Addr]Key, len(s.Allocations))
@@ -204,11 +226,8 @@ func (s *State) validate() error {
 		if a.Network == "" || a.ContainerID == "" || a.IfName == "" {
 			return fmt.Errorf("%w: allocation %d has an empty network, containerID or ifname", ErrCorrupt, i)
 		}
-		if !a.IP.Is4() {
-			return fmt.Errorf("%w: allocation %s has no valid IPv4 address", ErrCorrupt, a.Key)
-		}
-		if !podAddress(a.IP) {
-			return fmt.Errorf("%w: allocation %s holds %s, which no pool can contain (loopback, multicast, link-local or broadcast)", ErrCorrupt, a.Key, a.IP)
+		if err := s.validAddrs(a); err != nil {
+			return err
 		}
 		if !validIfName(a.HostVeth) {
 			return fmt.Errorf("%w: allocation %s names host veth %q, which is not an interface name", ErrCorrupt, a.Key, a.HostVeth)
@@ -216,14 +235,16 @@ func (s *State) validate() error {
 		if keys[a.Key] {
 			return fmt.Errorf("%w: allocation %s appears twice", ErrCorrupt, a.Key)
 		}
-		if other, dup := ips[a.IP]; dup {
-			return fmt.Errorf("%w: address %s is allocated to both %s and %s", ErrCorrupt, a.IP, other, a.Key)
+		for _, ip := range a.Addrs() {
+			if other, dup := ips[ip]; dup {
+				return fmt.Errorf("%w: address %s is allocated to both %s and %s", ErrCorrupt, ip, other, a.Key)
+			}
+			ips[ip] = a.Key
 		}
 		keys[a.Key] = true
-		ips[a.IP] = a.Key
 	}
 	for _, c := range s.Cooling {
-		if !c.IP.Is4() {
+		if !c.IP.Is4() && !(s.Version >= SchemaVersionIPv6 && c.IP.Is6()) {
 			return fmt.Errorf("%w: cooling entry without a valid IPv4 address", ErrCorrupt)
 		}
 	}
@@ -243,14 +264,36 @@ func (s *State) validate() error {
 	return nil
 }
 
-// PodAddress reports whether ip could ever be a pod's address: IPv4
-// unicast, not loopback, link-local (169.254.1.1 is every pod's gateway),
-// multicast, unspecified or the broadcast address. Static ranges and the
-// state file are both held to it.
+// validAddrs checks an allocation's addresses: IP an IPv4 pod address
+// (or, in a version-3 file, an IPv6 one), IP6 if set an IPv6 one beside an
+// IPv4 IP.
+func (s *State) validAddrs(a Allocation) error {
+	v6 := s.Version >= SchemaVersionIPv6
+	if !a.IP.Is4() && !(v6 && a.IP.Is6()) {
+		return fmt.Errorf("%w: allocation %s has no valid IPv4 address", ErrCorrupt, a.Key)
+	}
+	if a.IP6.IsValid() && (!v6 || !a.IP6.Is6() || !a.IP.Is4()) {
+		return fmt.Errorf("%w: allocation %s has ip6 %s beside %s (want an IPv6 address beside an IPv4 one, in a version-%d file)", ErrCorrupt, a.Key, a.IP6, a.IP, SchemaVersionIPv6)
+	}
+	for _, ip := range a.Addrs() {
+		if !podAddress(ip) {
+			return fmt.Errorf("%w: allocation %s holds %s, which no pool can contain (loopback, multicast, link-local or broadcast)", ErrCorrupt, a.Key, ip)
+		}
+	}
+	return nil
+}
+
+// PodAddress reports whether ip could ever be a pod's address: unicast,
+// not loopback, link-local (169.254.1.1 and fe80::1 are every pod's
+// gateways), multicast, unspecified, the IPv4 broadcast address or an
+// IPv4-mapped IPv6 one. Static ranges and the state file are both held to it.
 func PodAddress(ip netip.Addr) bool { return podAddress(ip) }
 
 func podAddress(ip netip.Addr) bool {
-	return ip.Is4() && !ip.IsLoopback() && !ip.IsMulticast() && !ip.IsLinkLocalUnicast() &&
+	if ip.Is6() && ip.Is4In6() {
+		return false
+	}
+	return ip.IsValid() && !ip.IsLoopback() && !ip.IsMulticast() && !ip.IsLinkLocalUnicast() &&
 		!ip.IsUnspecified() && ip != netip.AddrFrom4([4]byte{255, 255, 255, 255})
 }
 
@@ -318,9 +361,13 @@ func shortID(id string) string {
 // indented.
 //
 // The version is stamped here, on every save: a state read from an older
-// file (migrated in memory) is written in this binary's format.
+// file (migrated in memory) is written in this binary's format, version 2
+// unless it holds an IPv6 address (SchemaVersion).
 func EncodeState(st *State) ([]byte, error) {
 	st.Version = SchemaVersion
+	if st.needsV3() {
+		st.Version = SchemaVersionIPv6
+	}
 	b, err := json.Marshal(st)
 	if err != nil {
 		return nil, err

@@ -43,20 +43,52 @@ import (
 
 // Build is an executable and the hex SHA-256 digest it must have.
 type Build struct {
+	// Name tells the builds one binary carries apart in the cache ("full"
+	// when empty).
+	Name   string
 	Data   []byte
 	Digest string
+	// Siblings are the other builds the same binary carries (their Name
+	// and Digest): their cached copies, records and markers are current,
+	// not an old version's to remove.
+	Siblings []Build
 }
 
-// filePrefix names cached builds: filePrefix + the first 16 hex digits.
-const filePrefix = "eni-cni-full-"
+// filePrefix starts the names of cached builds: filePrefix + the build's
+// name + "-" + the first 16 hex digits of its digest.
+const filePrefix = "eni-cni-"
 
-func (b Build) name() string { return filePrefix + b.short() }
+func (b Build) name() string {
+	name := b.Name
+	if name == "" {
+		name = "full"
+	}
+	return filePrefix + name + "-" + b.short()
+}
+
+// CachedBuilds lists the cached builds in dir, of any version.
+func CachedBuilds(dir string) ([]string, error) {
+	return filepath.Glob(filepath.Join(dir, filePrefix+"*"))
+}
 
 func (b Build) short() string {
 	if len(b.Digest) < 16 {
 		return b.Digest
 	}
 	return b.Digest[:16]
+}
+
+// current reports whether a cache entry is the cached copy, record or
+// noexec marker of b or of one of its siblings: exactly their names, so
+// that a file carrying a current digest under another name (planted, or
+// left by hand) goes like any other.
+func (b Build) current(entry string) bool {
+	for _, s := range append([]Build{b}, b.Siblings...) {
+		if s.Digest != "" && (entry == s.name() || entry == recordName(s) || entry == noExecMarker(s)) {
+			return true
+		}
+	}
+	return false
 }
 
 // Exe is a verified, open executable.
@@ -273,7 +305,7 @@ func writeBuild(d *os.File, b Build) (f *os.File, err error) {
 // removeOthers recognises, ending in our PID, so a killed run's leftover
 // is known to be abandoned.
 func tempName(b Build, kind string) string {
-	return fmt.Sprintf(".%s%s%s-%d", filePrefix, b.short(), kind, os.Getpid())
+	return fmt.Sprintf(".%s%s-%d", b.name(), kind, os.Getpid())
 }
 
 // writeAt replaces name in d with data: a new file only this process can
@@ -318,7 +350,8 @@ func writeAt(d *os.File, name, tmp string, data []byte, mode uint32, before func
 
 // removeOthers deletes cached builds of other versions, their noexec
 // markers and records, and temporary files that killed runs left, once this build is
-// cached. A running process keeps its deleted file.
+// cached; the builds of this version (b and its siblings) stay. A running
+// process keeps its deleted file.
 func removeOthers(d *os.File, b Build) {
 	names, err := d.Readdirnames(-1)
 	if err != nil {
@@ -326,9 +359,7 @@ func removeOthers(d *os.File, b Build) {
 	}
 	mine := tempName(b, "")
 	for _, n := range names {
-		stale := (strings.HasPrefix(n, filePrefix) && n != b.name()) ||
-			(strings.HasPrefix(n, ".noexec-") && n != noExecMarker(b)) ||
-			(strings.HasPrefix(n, recordPrefix) && n != recordName(b)) ||
+		stale := ((strings.HasPrefix(n, filePrefix) || strings.HasPrefix(n, ".noexec-") || strings.HasPrefix(n, recordPrefix)) && !b.current(n)) ||
 			(strings.HasPrefix(n, "."+filePrefix) && n != mine && tempAbandoned(d, n))
 		if stale {
 			_ = unix.Unlinkat(int(d.Fd()), n, 0)

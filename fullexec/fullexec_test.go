@@ -295,7 +295,7 @@ func assertNoFiles(t *testing.T, dir string) {
 func TestOtherBuildsRemoved(t *testing.T) {
 	b, dir := selfBuild(t), cacheDirIn(t)
 	mkdir(t, dir, 0o700)
-	old := []string{filePrefix + "0123456789abcdef", ".noexec-0123456789abcdef", ".verified-0123456789abcdef",
+	old := []string{filePrefix + "full-0123456789abcdef", filePrefix + "ec2-0123456789abcdef", ".noexec-0123456789abcdef", ".verified-0123456789abcdef",
 		"." + filePrefix + b.short() + "-999999999", "." + filePrefix + b.short() + ".verified-999999999"}
 	live := "." + filePrefix + "fedcba9876543210-1" // PID 1 runs
 	for _, n := range append(old, live) {
@@ -311,6 +311,36 @@ func TestOtherBuildsRemoved(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(dir, live)); err != nil {
 		t.Errorf("the temporary file of a live run was removed: %v", err)
+	}
+}
+
+// The other builds of the same binary are current: caching one must not
+// remove the others' copies, records or markers (each would then unpack and
+// hash again on every other run), while an old version's go, and so does
+// a file carrying a current digest under another build's name.
+func TestSiblingBuildsStay(t *testing.T) {
+	b, dir := selfBuild(t), cacheDirIn(t)
+	mkdir(t, dir, 0o700)
+	sibling := "fedcba98765432100123456789abcdef0123456789abcdef0123456789abcdef"
+	b.Siblings = []Build{{Name: "ec2", Digest: sibling}}
+	keep := []string{filePrefix + "ec2-fedcba9876543210", ".verified-fedcba9876543210", ".noexec-fedcba9876543210"}
+	old := []string{filePrefix + "ec2-0123456789abcdef", ".verified-0123456789abcdef",
+		filePrefix + "full-fedcba9876543210", filePrefix + "ec2-" + b.short(), filePrefix + "x-" + b.short()}
+	for _, n := range append(keep, old...) {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte("x"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustOpen(t, dir, b)
+	for _, n := range keep {
+		if _, err := os.Lstat(filepath.Join(dir, n)); err != nil {
+			t.Errorf("the sibling build's %s was removed: %v", n, err)
+		}
+	}
+	for _, n := range old {
+		if _, err := os.Lstat(filepath.Join(dir, n)); err == nil {
+			t.Errorf("%s survived", n)
+		}
 	}
 }
 

@@ -511,8 +511,11 @@ func TestLiveInstallTightensStateDirAndDropsOldBuilds(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := filepath.Join(state, ".bin/eni-cni-full-0123456789abcdef")
-	if err := os.WriteFile(old, []byte("old build"), 0o700); err != nil {
-		t.Fatal(err)
+	oldEC2 := filepath.Join(state, ".bin/eni-cni-ec2-0123456789abcdef")
+	for _, f := range []string{old, oldEC2} {
+		if err := os.WriteFile(f, []byte("old build"), 0o700); err != nil {
+			t.Fatal(err)
+		}
 	}
 	in := newInstall(t, root)
 	in.Live, in.Timers, in.CacheDir = true, TimersCron, "/var/lib/eni-cni/.bin"
@@ -522,6 +525,7 @@ func TestLiveInstallTightensStateDirAndDropsOldBuilds(t *testing.T) {
 		t.Errorf("state dir: %v %v, want mode 0700", fi, err)
 	}
 	wantAbsent(t, old)
+	wantAbsent(t, oldEC2)
 	// Same binary again: a cache it unpacked meanwhile stays.
 	if err := os.WriteFile(old, []byte("current build"), 0o700); err != nil {
 		t.Fatal(err)

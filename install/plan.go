@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/eni-cni/eni-cni/fullexec"
 )
 
 // Install describes one installation.
@@ -199,7 +201,7 @@ func (in *Install) stateSteps() []Step {
 	return []Step{{Desc: fmt.Sprintf("create %s (state directory, mode 0700)", dir), Do: doNoCtx(func() error { return os.MkdirAll(dir, 0o700) })}}
 }
 
-// cacheSteps remove the unpacked full builds of the binary being replaced:
+// cacheSteps remove the unpacked embedded builds of the binary being replaced:
 // each build unpacks under its own digest, so an upgrade would otherwise
 // leave the old one (tens of MB) behind. The new binary unpacks its own on
 // first use.
@@ -208,7 +210,7 @@ func (in *Install) cacheSteps() []Step {
 		return nil
 	}
 	dir := in.In(in.CacheDir)
-	old, _ := filepath.Glob(filepath.Join(dir, "eni-cni-full-*"))
+	old, _ := fullexec.CachedBuilds(dir)
 	if len(old) == 0 {
 		return nil
 	}

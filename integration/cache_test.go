@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -33,10 +34,11 @@ func requireLean(t *testing.T) {
 	t.Skip("ENI_CNI_BIN is not the lean build (make build); the cache is the lean build's")
 }
 
-// cachedBuilds lists the cached full builds of nw.
+// cachedBuilds lists the cached embedded builds of nw (warm's is the ec2
+// build).
 func cachedBuilds(t *testing.T, nw *network) []string {
 	t.Helper()
-	m, err := filepath.Glob(filepath.Join(nw.stateDir, ".bin", "eni-cni-full-*"))
+	m, err := filepath.Glob(filepath.Join(nw.stateDir, ".bin", "eni-cni-*"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +77,7 @@ func TestFullBuildCache(t *testing.T) {
 	if st.Mode&0o7777 != 0o700 || st.Uid != 0 || st.Mode&syscall.S_IFMT != syscall.S_IFREG {
 		t.Errorf("%s: mode %o uid %d, want a regular file of root, 0700", file, st.Mode, st.Uid)
 	}
-	if sum := fileDigest(t, file); !strings.HasSuffix(file, "eni-cni-full-"+sum[:16]) {
+	if sum := fileDigest(t, file); !strings.HasSuffix(file, "/eni-cni-ec2-"+sum[:16]) {
 		t.Errorf("%s has digest %s, not the one its name carries", file, sum)
 	}
 	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
@@ -122,7 +124,7 @@ func TestFullBuildCacheRecord(t *testing.T) {
 		t.Fatalf("cached builds %v, want one", builds)
 	}
 	file := builds[0]
-	record := filepath.Join(filepath.Dir(file), ".verified-"+strings.TrimPrefix(filepath.Base(file), "eni-cni-full-"))
+	record := filepath.Join(filepath.Dir(file), ".verified-"+file[len(file)-16:])
 	time.Sleep(2100 * time.Millisecond) // fullexec's racyWindow, 2 s
 	warmStatic(t, nw, nil)
 	var st syscall.Stat_t
@@ -194,5 +196,54 @@ ls -la %[1]s/state %[1]s/state/.bin 2>&1 || true
 	out := string(o.stdout)
 	if strings.Count(out, "nothing to do") != 2 || !strings.Contains(out, "files over 1 MB: 0") {
 		t.Errorf("want two runs and no file of the build written, got:\n%s", out)
+	}
+}
+
+// TestEmbeddedBuildsSideBySide: warm caches the ec2 build and gc the full
+// one, each beside the other: once each is recorded, neither run replaces
+// or hashes again the other's copy (each would otherwise unpack and hash
+// on every other timer run).
+func TestEmbeddedBuildsSideBySide(t *testing.T) {
+	requireLean(t)
+	n := newNode(t)
+	nw := newNetwork(t, n, "1.0.0", []string{"10.99.0.0/28"}, nil)
+	gc := func() {
+		t.Helper()
+		// The lean build caches the full build before it execs it.
+		o, err := runIn(t.Context(), n.path(), nil, nil, pluginBin, "gc", "--config", nw.confFile, "--help")
+		if err != nil || o.exit != 0 || !strings.Contains(string(o.stderr), "Usage of gc") {
+			t.Fatalf("eni-cni gc --help: %s (%v)", o, err)
+		}
+	}
+	warmStatic(t, nw, nil)
+	gc()
+	builds := cachedBuilds(t, nw)
+	if len(builds) != 2 || !strings.Contains(builds[0], "/eni-cni-ec2-") || !strings.Contains(builds[1], "/eni-cni-full-") {
+		t.Fatalf("cached builds %v, want the ec2 and the full build", builds)
+	}
+	time.Sleep(2100 * time.Millisecond) // fullexec's racyWindow, 2 s
+	warmStatic(t, nw, nil)
+	gc()
+	var files []string
+	for _, b := range builds {
+		files = append(files, b, filepath.Join(filepath.Dir(b), ".verified-"+b[len(b)-16:]))
+	}
+	inodes := func() []uint64 {
+		var ino []uint64
+		for _, f := range files {
+			var st syscall.Stat_t
+			if err := syscall.Lstat(f, &st); err != nil {
+				t.Fatal(err)
+			}
+			ino = append(ino, st.Ino)
+		}
+		return ino
+	}
+	before := inodes()
+	warmStatic(t, nw, nil)
+	gc()
+	warmStatic(t, nw, nil)
+	if after := inodes(); !slices.Equal(before, after) {
+		t.Errorf("%v: inodes %v, then %v after more runs of each", files, before, after)
 	}
 }

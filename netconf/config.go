@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -85,9 +86,12 @@ type netConf struct {
 	LogMaxFiles        *int     `json:"logMaxFiles"`
 	MetricsFile        string   `json:"metricsFile"`
 	HostVethPrefix     *string  `json:"hostVethPrefix"`
-	DefaultRoute       *bool    `json:"defaultRoute"`
-	IMDSEndpoint       string   `json:"imdsEndpoint"`
-	EC2Endpoint        string   `json:"ec2Endpoint"`
+	// IPFamilies are the families a pod gets one address of, in the order
+	// of the CNI result: ["ipv4"] (absent), ["ipv6"], or both.
+	IPFamilies   []string `json:"ipFamilies"`
+	DefaultRoute *bool    `json:"defaultRoute"`
+	IMDSEndpoint string   `json:"imdsEndpoint"`
+	EC2Endpoint  string   `json:"ec2Endpoint"`
 	// IMDSv1Fallback lets IMDS reads go without a session token when the
 	// IMDSv2 token is refused. Off: IMDSv2 only.
 	IMDSv1Fallback bool `json:"imdsV1Fallback"`
@@ -144,7 +148,11 @@ type Config struct {
 	StateDir   string
 	MTU        int
 	// Provider is where the addresses come from: Static or EC2 (pool.source).
-	Provider    string
+	Provider string
+	// Families are the families a pod gets one address of (ipFamilies),
+	// in the order its CNI result lists them; nil for IPv4 only, the
+	// default, so that an IPv4 network takes the path it always took.
+	Families    []alloc.Family
 	Pool        alloc.Pool
 	Cooldown    time.Duration
 	GCGrace     time.Duration
@@ -344,15 +352,29 @@ func (c *Config) parsePool() error {
 	if c.Provider == "" {
 		c.Provider = EC2
 	}
+	if err := c.parseFamilies(); err != nil {
+		return err
+	}
 	switch c.Provider {
 	case Static:
-		ranges, err := alloc.ParseRanges(c.conf.Pool.Ranges)
+		ranges, err := alloc.ParseRangesOf(c.conf.Pool.Ranges, c.families())
 		if err != nil {
 			return fmt.Errorf("%w: pool.ranges: %v", ErrInvalidConfig, err)
+		}
+		for _, f := range c.families() {
+			if ranges.FamilySize(f) == 0 {
+				return fmt.Errorf("%w: ipFamilies has %s but pool.ranges has no %s range (each pod gets one address of each family)", ErrInvalidConfig, f, f)
+			}
 		}
 		c.Pool = ranges
 		return nil
 	case EC2:
+		if c.Families != nil {
+			// The EC2 side of IPv6 (a /80 prefix on the primary ENI, the
+			// fakes' IPv6) is not built yet: refusing beats a network
+			// whose pods never get an IPv6 address.
+			return fmt.Errorf("%w: ipFamilies %v needs pool.source %q for now (IPv6 from ENI prefixes is not supported yet)", ErrInvalidConfig, c.conf.IPFamilies, Static)
+		}
 		if err := c.parseEC2(); err != nil {
 			return err
 		}
@@ -361,6 +383,42 @@ func (c *Config) parsePool() error {
 	default:
 		return fmt.Errorf("%w: unknown pool.source %q (want %q or %q)", ErrInvalidConfig, c.Provider, EC2, Static)
 	}
+}
+
+// parseFamilies reads ipFamilies: one or two distinct families; ["ipv4"],
+// the default, leaves Families nil.
+func (c *Config) parseFamilies() error {
+	names := c.conf.IPFamilies
+	if names == nil {
+		return nil
+	}
+	if len(names) == 0 || len(names) > 2 {
+		return fmt.Errorf("%w: ipFamilies %q must list one or two families (\"ipv4\", \"ipv6\")", ErrInvalidConfig, names)
+	}
+	var fams []alloc.Family
+	for _, n := range names {
+		f, err := alloc.ParseFamily(n)
+		if err != nil {
+			return fmt.Errorf("%w: ipFamilies: %v", ErrInvalidConfig, err)
+		}
+		if slices.Contains(fams, f) {
+			return fmt.Errorf("%w: ipFamilies lists %s twice", ErrInvalidConfig, f)
+		}
+		fams = append(fams, f)
+	}
+	if len(fams) == 1 && fams[0] == alloc.IPv4 {
+		return nil
+	}
+	c.Families = fams
+	return nil
+}
+
+// families are the network's families, IPv4 when ipFamilies is absent.
+func (c *Config) families() []alloc.Family {
+	if c.Families == nil {
+		return []alloc.Family{alloc.IPv4}
+	}
+	return c.Families
 }
 
 // validVethPrefix keeps the prefix short enough that the hash part of the

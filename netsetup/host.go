@@ -50,12 +50,18 @@ type PodRule struct {
 	Dst      netip.Prefix // of a `from` rule limited to a destination
 }
 
-// OurRules lists the rules at our priorities that match a single address.
+// OurRules lists the rules at our priorities that match a single address,
+// of either family.
 func OurRules() ([]PodRule, error) {
 	rules, err := netlinksafe.RuleList(unix.AF_INET)
 	if err != nil {
 		return nil, fmt.Errorf("list rules: %w", err)
 	}
+	rules6, err := netlinksafe.RuleList(unix.AF_INET6)
+	if err != nil {
+		return nil, fmt.Errorf("list ipv6 rules: %w", err)
+	}
+	rules = append(rules, rules6...)
 	var out []PodRule
 	for _, r := range rules {
 		var ipn = r.Dst
@@ -65,19 +71,13 @@ func OurRules() ([]PodRule, error) {
 		} else if r.Priority != RulePriorityToPod {
 			continue
 		}
-		if ipn == nil {
-			continue
-		}
-		if ones, bits := ipn.Mask.Size(); ones != 32 || bits != 32 {
-			continue
-		}
-		ip, ok := netip.AddrFromSlice(ipn.IP.To4())
+		ip, ok := isHostNet(ipn)
 		if !ok {
 			continue
 		}
 		pr := PodRule{IP: ip, Priority: r.Priority, Table: r.Table, From: from}
 		if from && r.Dst != nil {
-			if a, ok := netip.AddrFromSlice(r.Dst.IP.To4()); ok {
+			if a, ok := addrOf(r.Dst.IP); ok {
 				ones, _ := r.Dst.Mask.Size()
 				pr.Dst = netip.PrefixFrom(a, ones)
 			}
@@ -100,15 +100,15 @@ func DeleteRule(r PodRule) error {
 	return nil
 }
 
-// PodRoute is a /32 host route through one of our veths.
+// PodRoute is a /32 (or /128) host route through one of our veths.
 type PodRoute struct {
 	IP   netip.Addr
 	Veth string
 }
 
-// OurRoutes lists /32 routes in the main table whose device is one of
-// veths, with one dump of the table (not one per veth: a node with hundreds
-// of pods would make hundreds of netlink calls).
+// OurRoutes lists /32 and /128 routes in the main table whose device is
+// one of veths, with one dump of the table per family (not one per veth: a
+// node with hundreds of pods would make hundreds of netlink calls).
 func OurRoutes(veths []string) ([]PodRoute, error) {
 	if len(veths) == 0 {
 		return nil, nil
@@ -127,21 +127,20 @@ func OurRoutes(veths []string) ([]PodRoute, error) {
 			byIndex[l.Attrs().Index] = l.Attrs().Name
 		}
 	}
-	routes, err := netlinksafe.RouteListFiltered(unix.AF_INET, &netlink.Route{Table: mainTable}, netlink.RT_FILTER_TABLE)
-	if err != nil {
-		return nil, fmt.Errorf("list routes: %w", err)
-	}
 	var out []PodRoute
-	for _, r := range routes {
-		name, ok := byIndex[r.LinkIndex]
-		if !ok || r.Dst == nil {
-			continue
+	for _, family := range []int{unix.AF_INET, unix.AF_INET6} {
+		routes, err := netlinksafe.RouteListFiltered(family, &netlink.Route{Table: mainTable}, netlink.RT_FILTER_TABLE)
+		if err != nil {
+			return nil, fmt.Errorf("list routes: %w", err)
 		}
-		if ones, _ := r.Dst.Mask.Size(); ones != 32 {
-			continue
-		}
-		if ip, ok := netip.AddrFromSlice(r.Dst.IP.To4()); ok {
-			out = append(out, PodRoute{IP: ip, Veth: name})
+		for _, r := range routes {
+			name, ok := byIndex[r.LinkIndex]
+			if !ok {
+				continue
+			}
+			if ip, ok := isHostNet(r.Dst); ok {
+				out = append(out, PodRoute{IP: ip, Veth: name})
+			}
 		}
 	}
 	return out, nil

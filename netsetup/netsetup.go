@@ -7,6 +7,9 @@
 // pod has IP/32 and a default route via the link-local 169.254.1.1, which is
 // pinned in the pod's neighbour table to the host veth's MAC; the node has a
 // /32 route to the pod through the host veth and a `to IP lookup main` rule.
+// An IPv6 address is laid out the same way (family.go): IP/128, a default
+// via fe80::1 pinned to the host veth's MAC, a /128 host route and its
+// rules, with duplicate address detection off on both ends.
 package netsetup
 
 import (
@@ -62,8 +65,10 @@ type Pod struct {
 	Netns    string // path of the pod's network namespace
 	IfName   string // interface name inside the pod
 	HostVeth string // host end of the veth pair
-	IP       netip.Addr
-	MTU      int
+	// IP is the pod's address (IPv4, or IPv6 on a network of IPv6 only);
+	// IP6 the IPv6 address of a dual-stack pod.
+	IP, IP6 netip.Addr
+	MTU     int
 	// Table is the route table of the secondary ENI that holds IP, or 0
 	// when the address is on the primary ENI or comes from a static pool.
 	Table int
@@ -115,7 +120,7 @@ func Setup(p Pod) (l Links, err error) {
 		return l, fmt.Errorf("%w %s: %v", ErrNetNS, p.Netns, err)
 	}
 	defer podNS.Close()
-	if err := enableForwarding(); err != nil {
+	if err := p.enableForwarding(); err != nil {
 		return l, err
 	}
 	host, err := createVeth(p, podNS)
@@ -126,28 +131,44 @@ func Setup(p Pod) (l Links, err error) {
 	defer func() {
 		if err != nil {
 			// Before the veth goes: a default route it took is handed back.
-			_ = unwirePod(Attachment{HostVeth: p.HostVeth, IP: p.IP, Netns: p.Netns, IfName: p.IfName})
+			for _, ip := range p.addrs() {
+				_ = unwirePod(Attachment{HostVeth: p.HostVeth, IP: ip, Netns: p.Netns, IfName: p.IfName})
+			}
 		}
 		switch {
 		case errors.Is(err, ErrRouteTaken):
 			// The address's rules belong to whoever has its route.
 			_ = DeleteVeths(p.HostVeth)
 		case err != nil:
-			_ = Teardown(p.HostVeth, p.IP)
+			_ = Teardown(p.HostVeth, p.addrs()...)
 		}
 	}()
 	l.HostMAC = host.Attrs().HardwareAddr
+	if p.hasIPv6() {
+		if err = prepareIPv6Host(p.HostVeth); err != nil {
+			return l, err
+		}
+		gw := &netlink.Addr{IPNet: &net.IPNet{IP: GatewayIP6().AsSlice(), Mask: net.CIDRMask(64, 128)}, Flags: unix.IFA_F_NODAD}
+		if err = netlink.AddrAdd(host, gw); err != nil {
+			return l, fmt.Errorf("add gateway %s to %s: %w", GatewayIP6(), p.HostVeth, err)
+		}
+	}
 	if err = netlink.LinkSetUp(host); err != nil {
 		return l, fmt.Errorf("set %s up: %w", p.HostVeth, err)
 	}
-	if err = answerForGateway(p.HostVeth); err != nil {
-		return l, err
+	if p.hasIPv4() {
+		if err = answerForGateway(p.HostVeth); err != nil {
+			return l, err
+		}
 	}
 	if l.PodMAC, l.Default, err = configurePod(p, podNS, l.HostMAC); err != nil {
 		return l, err
 	}
 	fault.Point("add:after-pod-config")
 	if err = configureHost(p, host); err != nil {
+		return l, err
+	}
+	if err = seedNeighbour6(p, host, l.PodMAC); err != nil {
 		return l, err
 	}
 	return l, nil
@@ -204,9 +225,17 @@ func configurePod(p Pod, podNS netns.NsHandle, hostMAC net.HardwareAddr) (mac ne
 	}
 	defer h.Close()
 	idx := link.Attrs().Index
-	addr := &netlink.Addr{IPNet: hostNet(p.IP)}
-	if err := h.AddrAdd(link, addr); err != nil {
-		return nil, false, fmt.Errorf("add %s to %s in %s: %w", p.IP, p.IfName, p.Netns, err)
+	for _, ip := range p.addrs() {
+		addr := &netlink.Addr{IPNet: hostNet(ip)}
+		if ip.Is6() {
+			// No duplicate address detection: the pool hands each
+			// address to one pod, and detection would hold the address
+			// tentative (unusable) for a second or more.
+			addr.Flags = unix.IFA_F_NODAD
+		}
+		if err := h.AddrAdd(link, addr); err != nil {
+			return nil, false, fmt.Errorf("add %s to %s in %s: %w", ip, p.IfName, p.Netns, err)
+		}
 	}
 	if err := h.LinkSetUp(link); err != nil {
 		return nil, false, fmt.Errorf("set %s up in %s: %w", p.IfName, p.Netns, err)
@@ -214,15 +243,18 @@ func configurePod(p Pod, podNS netns.NsHandle, hostMAC net.HardwareAddr) (mac ne
 	if carries, err = carriesDefault(h, p); err != nil {
 		return nil, false, err
 	}
-	if err := addPodRoutes(h, p, idx, carries); err != nil {
-		return nil, false, err
-	}
-	neigh := &netlink.Neigh{
-		LinkIndex: idx, Family: unix.AF_INET, State: netlink.NUD_PERMANENT,
-		IP: GatewayIP().AsSlice(), HardwareAddr: hostMAC,
-	}
-	if err := h.NeighSet(neigh); err != nil {
-		return nil, false, fmt.Errorf("add neighbour %s in %s: %w", GatewayIP(), p.Netns, err)
+	for _, ip := range p.addrs() {
+		if err := addPodRoutes(h, p, ip, idx, carries); err != nil {
+			return nil, false, err
+		}
+		gw := gatewayOf(ip)
+		neigh := &netlink.Neigh{
+			LinkIndex: idx, Family: familyOf(ip), State: netlink.NUD_PERMANENT,
+			IP: gw.AsSlice(), HardwareAddr: hostMAC,
+		}
+		if err := h.NeighSet(neigh); err != nil {
+			return nil, false, fmt.Errorf("add neighbour %s in %s: %w", gw, p.Netns, err)
+		}
 	}
 	return link.Attrs().HardwareAddr, carries, nil
 }
@@ -236,7 +268,9 @@ const PodRulePriority = 1000
 // default route: derived from its index so that CHECK finds it again.
 func podTable(linkIndex int) int { return 1000 + linkIndex }
 
-// carriesDefault decides whether p's interface gets the default route.
+// carriesDefault decides whether p's interface gets the default route:
+// for all its families, as the default of its first address's family
+// decides (a pod's first interface has none of either).
 func carriesDefault(h netlinksafe.Handle, p Pod) (bool, error) {
 	switch p.Default {
 	case DefaultAlways:
@@ -244,7 +278,7 @@ func carriesDefault(h netlinksafe.Handle, p Pod) (bool, error) {
 	case DefaultNever:
 		return false, nil
 	}
-	routes, err := h.RouteListFiltered(unix.AF_INET, &netlink.Route{Table: mainTable}, netlink.RT_FILTER_TABLE)
+	routes, err := h.RouteListFiltered(familyOf(p.IP), &netlink.Route{Table: mainTable}, netlink.RT_FILTER_TABLE)
 	if err != nil {
 		return false, fmt.Errorf("list routes in %s: %w", p.Netns, err)
 	}
@@ -260,29 +294,40 @@ func isDefaultRoute(r netlink.Route) bool {
 	return r.Dst == nil || (r.Dst.IP.IsUnspecified() && r.Dst.Mask != nil && maskOnes(r.Dst.Mask) == 0)
 }
 
+// isGateway reports whether a route's gateway is gw.
+func isGateway(r netlink.Route, gw netip.Addr) bool {
+	if r.Gw == nil {
+		return false
+	}
+	a, ok := addrOf(r.Gw)
+	return ok && a == gw
+}
+
 func maskOnes(m net.IPMask) int { ones, _ := m.Size(); return ones }
 
-// addPodRoutes adds the gateway's link route and the default via it: in
-// main for the interface that carries the default route (replacing
-// another's only when told to, after moving that one to its own table),
-// else in the interface's own table with the rule `from IP lookup table`.
-func addPodRoutes(h netlinksafe.Handle, p Pod, idx int, carries bool) error {
+// addPodRoutes adds, for ip's family, the gateway's link route and the
+// default via it: in main for the interface that carries the default route
+// (replacing another's only when told to, after moving that one to its
+// own table), else in the interface's own table with the rule `from IP
+// lookup table`.
+func addPodRoutes(h netlinksafe.Handle, p Pod, ip netip.Addr, idx int, carries bool) error {
+	gw := gatewayOf(ip)
 	if !carries {
 		table := podTable(idx)
-		if err := routeViaGateway(h, idx, table, p.Default == DefaultAlways); err != nil {
+		if err := routeViaGateway(h, idx, table, p.Default == DefaultAlways, gw); err != nil {
 			return fmt.Errorf("add routes of %s in %s: %w", p.IfName, p.Netns, err)
 		}
-		if err := addSourceRule(h, p.IP, table); err != nil {
-			return fmt.Errorf("add rule from %s lookup %d in %s: %w", p.IP, table, p.Netns, err)
+		if err := addSourceRule(h, ip, table); err != nil {
+			return fmt.Errorf("add rule from %s lookup %d in %s: %w", ip, table, p.Netns, err)
 		}
 		return nil
 	}
 	if p.Default == DefaultAlways {
-		if err := moveDefaultAside(h, p, idx); err != nil {
+		if err := moveDefaultAside(h, p, idx, gw); err != nil {
 			return err
 		}
 	}
-	if err := routeViaGateway(h, idx, mainTable, p.Default == DefaultAlways); err != nil {
+	if err := routeViaGateway(h, idx, mainTable, p.Default == DefaultAlways, gw); err != nil {
 		return fmt.Errorf("add routes of %s in %s: %w", p.IfName, p.Netns, err)
 	}
 	return nil
@@ -304,20 +349,29 @@ func podLink(p Pod, podNS netns.NsHandle) (netlinksafe.Handle, netlink.Link, err
 	return h, link, nil
 }
 
-// configureHost adds the node's route to the pod and its policy rules.
+// configureHost adds the node's routes to the pod and their policy rules.
 func configureHost(p Pod, host netlink.Link) error {
-	route := &netlink.Route{LinkIndex: host.Attrs().Index, Dst: hostNet(p.IP), Scope: netlink.SCOPE_LINK}
+	for _, ip := range p.addrs() {
+		if err := configureHostAddr(p, ip, host); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func configureHostAddr(p Pod, ip netip.Addr, host netlink.Link) error {
+	route := &netlink.Route{LinkIndex: host.Attrs().Index, Dst: hostNet(ip), Scope: netlink.SCOPE_LINK}
 	if err := netlink.RouteAdd(route); err != nil {
 		if !errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("add host route %s dev %s: %w", p.IP, p.HostVeth, err)
+			return fmt.Errorf("add host route %s dev %s: %w", ip, p.HostVeth, err)
 		}
-		if err := routedElsewhere(p, host.Attrs().Index); err != nil {
+		if err := routedElsewhere(p, ip, host.Attrs().Index); err != nil {
 			return err
 		}
 	}
 	fault.Point("add:after-host-route")
-	if err := addRule(toPodRule(p.IP)); err != nil {
-		return fmt.Errorf("add rule to %s lookup main: %w", p.IP, err)
+	if err := addRule(toPodRule(ip)); err != nil {
+		return fmt.Errorf("add rule to %s lookup main: %w", ip, err)
 	}
 	if p.Table == 0 {
 		return nil
@@ -327,21 +381,24 @@ func configureHost(p Pod, host netlink.Link) error {
 		dsts = []netip.Prefix{{}}
 	}
 	for _, d := range dsts {
-		if err := addRule(fromPodRule(p.IP, p.Table, d)); err != nil {
-			return fmt.Errorf("add rule from %s to %s lookup %d: %w", p.IP, d, p.Table, err)
+		if d.IsValid() && d.Addr().Is4() != ip.Is4() {
+			continue // a destination of the other family
+		}
+		if err := addRule(fromPodRule(ip, p.Table, d)); err != nil {
+			return fmt.Errorf("add rule from %s to %s lookup %d: %w", ip, d, p.Table, err)
 		}
 	}
 	return nil
 }
 
-// routedElsewhere explains an EEXIST from adding the pod's /32: nil if the
-// route is already through the pod's own veth, else ErrRouteTaken naming
-// the interface that has it.
-func routedElsewhere(p Pod, ownIndex int) error {
-	filter := &netlink.Route{Dst: hostNet(p.IP), Table: mainTable}
-	routes, err := netlinksafe.RouteListFiltered(unix.AF_INET, filter, netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
+// routedElsewhere explains an EEXIST from adding the pod's /32 (or /128):
+// nil if the route is already through the pod's own veth, else
+// ErrRouteTaken naming the interface that has it.
+func routedElsewhere(p Pod, ip netip.Addr, ownIndex int) error {
+	filter := &netlink.Route{Dst: hostNet(ip), Table: mainTable}
+	routes, err := netlinksafe.RouteListFiltered(familyOf(ip), filter, netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
 	if err != nil {
-		return fmt.Errorf("add host route %s dev %s: exists, and listing it failed: %w", p.IP, p.HostVeth, err)
+		return fmt.Errorf("add host route %s dev %s: exists, and listing it failed: %w", ip, p.HostVeth, err)
 	}
 	for _, r := range routes {
 		if r.LinkIndex == ownIndex {
@@ -357,7 +414,7 @@ func routedElsewhere(p Pod, ownIndex int) error {
 		break
 	}
 	return fmt.Errorf("add host route %s dev %s: %w: %s routes it; refusing to take the address from it (state file lost or edited, or two networks with overlapping pools? `eni-cni list`, `eni-cni repair`)",
-		p.IP, p.HostVeth, ErrRouteTaken, other)
+		ip, p.HostVeth, ErrRouteTaken, other)
 }
 
 func toPodRule(ip netip.Addr) *netlink.Rule {
@@ -365,7 +422,7 @@ func toPodRule(ip netip.Addr) *netlink.Rule {
 	r.Dst = hostNet(ip)
 	r.Table = mainTable
 	r.Priority = RulePriorityToPod
-	r.Family = unix.AF_INET
+	r.Family = familyOf(ip)
 	return r
 }
 
@@ -374,11 +431,11 @@ func fromPodRule(ip netip.Addr, table int, dst netip.Prefix) *netlink.Rule {
 	r := netlink.NewRule()
 	r.Src = hostNet(ip)
 	if dst.IsValid() {
-		r.Dst = &net.IPNet{IP: dst.Masked().Addr().AsSlice(), Mask: net.CIDRMask(dst.Bits(), 32)}
+		r.Dst = &net.IPNet{IP: dst.Masked().Addr().AsSlice(), Mask: net.CIDRMask(dst.Bits(), dst.Addr().BitLen())}
 	}
 	r.Table = table
 	r.Priority = RulePriorityFromPod
-	r.Family = unix.AF_INET
+	r.Family = familyOf(ip)
 	return r
 }
 
@@ -406,7 +463,7 @@ func isNotFound(err error) bool {
 }
 
 func hostNet(ip netip.Addr) *net.IPNet {
-	return &net.IPNet{IP: ip.AsSlice(), Mask: net.CIDRMask(32, 32)}
+	return &net.IPNet{IP: ip.AsSlice(), Mask: net.CIDRMask(ip.BitLen(), ip.BitLen())}
 }
 
 // answerForGateway makes the host veth answer the pod's ARP requests for
@@ -425,6 +482,19 @@ func answerForGateway(hostVeth string) error {
 		if err := os.WriteFile(set.path, []byte(set.value), 0o644); err != nil {
 			return fmt.Errorf("answer ARP for %s on %s: %w", GatewayIP(), hostVeth, err)
 		}
+	}
+	return nil
+}
+
+// enableForwarding turns on forwarding of the pod's families.
+func (p Pod) enableForwarding() error {
+	if p.hasIPv4() {
+		if err := enableForwarding(); err != nil {
+			return err
+		}
+	}
+	if p.hasIPv6() {
+		return enableForwarding6()
 	}
 	return nil
 }

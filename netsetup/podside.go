@@ -24,25 +24,25 @@ import (
 // move.
 
 // moveDefaultAside gives every other interface that carries the pod's
-// default route via the gateway its own table and `from` rule, so that it
-// keeps answering once idx takes main's routes.
-func moveDefaultAside(h netlinksafe.Handle, p Pod, idx int) error {
-	for _, o := range gatewayCarriers(h, idx) {
+// default route via the gateway gw (of one family) its own table and
+// `from` rule, so that it keeps answering once idx takes main's routes.
+func moveDefaultAside(h netlinksafe.Handle, p Pod, idx int, gw netip.Addr) error {
+	for _, o := range gatewayCarriers(h, idx, gw) {
 		link, err := h.LinkByIndex(o)
 		if err != nil {
 			return fmt.Errorf("find the default route's interface %d in %s: %w", o, p.Netns, err)
 		}
-		addrs, err := retryDump(func() ([]netlink.Addr, error) { return h.AddrList(link, unix.AF_INET) })
+		addrs, err := retryDump(func() ([]netlink.Addr, error) { return h.AddrList(link, familyOf(gw)) })
 		if err != nil {
 			return fmt.Errorf("list addresses of %s in %s: %w", link.Attrs().Name, p.Netns, err)
 		}
 		table := podTable(o)
-		if err := routeViaGateway(h, o, table, true); err != nil {
+		if err := routeViaGateway(h, o, table, true, gw); err != nil {
 			return fmt.Errorf("move %s's default route to table %d in %s: %w", link.Attrs().Name, table, p.Netns, err)
 		}
 		for _, a := range addrs {
-			ip, ok := netip.AddrFromSlice(a.IP.To4())
-			if !ok {
+			ip, ok := addrOf(a.IP)
+			if !ok || ip.IsLinkLocalUnicast() {
 				continue
 			}
 			if err := addSourceRule(h, ip, table); err != nil {
@@ -54,16 +54,16 @@ func moveDefaultAside(h netlinksafe.Handle, p Pod, idx int) error {
 }
 
 // gatewayCarriers lists the interfaces other than idx with a default via
-// the gateway in the pod's main table. A listing error leaves the list
+// the gateway gw in the pod's main table. A listing error leaves the list
 // empty: the replace that follows takes main's routes all the same.
-func gatewayCarriers(h netlinksafe.Handle, idx int) []int {
-	routes, err := h.RouteListFiltered(unix.AF_INET, &netlink.Route{Table: mainTable}, netlink.RT_FILTER_TABLE)
+func gatewayCarriers(h netlinksafe.Handle, idx int, gw netip.Addr) []int {
+	routes, err := h.RouteListFiltered(familyOf(gw), &netlink.Route{Table: mainTable}, netlink.RT_FILTER_TABLE)
 	if err != nil {
 		return nil
 	}
 	var out []int
 	for _, r := range routes {
-		if isDefaultRoute(r) && r.Gw.Equal(GatewayIP().AsSlice()) && r.LinkIndex != idx {
+		if isDefaultRoute(r) && isGateway(r, gw) && r.LinkIndex != idx {
 			out = append(out, r.LinkIndex)
 		}
 	}
@@ -72,13 +72,18 @@ func gatewayCarriers(h netlinksafe.Handle, idx int) []int {
 
 // routeViaGateway adds (or replaces) the gateway's link route and the
 // default via it, through idx, in table: the link route first, since the
-// kernel accepts the default only with its gateway reachable on idx.
-func routeViaGateway(h netlinksafe.Handle, idx, table int, replace bool) error {
-	gw := hostNet(GatewayIP())
-	for _, r := range []*netlink.Route{
-		{LinkIndex: idx, Dst: gw, Scope: netlink.SCOPE_LINK, Table: table},
-		{LinkIndex: idx, Gw: gw.IP, Scope: netlink.SCOPE_UNIVERSE, Table: table},
-	} {
+// kernel accepts the default only with its gateway reachable on idx. An
+// IPv6 gateway is link-local, always on the link: it needs no link route.
+func routeViaGateway(h netlinksafe.Handle, idx, table int, replace bool, gw netip.Addr) error {
+	routes := []*netlink.Route{
+		{LinkIndex: idx, Dst: hostNet(gw), Scope: netlink.SCOPE_LINK, Table: table},
+		{LinkIndex: idx, Gw: gw.AsSlice(), Scope: netlink.SCOPE_UNIVERSE, Table: table},
+	}
+	if gw.Is6() {
+		routes = routes[1:]
+		routes[0].Family = unix.AF_INET6
+	}
+	for _, r := range routes {
 		add := h.RouteAdd
 		if replace {
 			add = h.RouteReplace
@@ -102,7 +107,7 @@ func addSourceRule(h netlinksafe.Handle, ip netip.Addr, table int) error {
 
 func podSourceRule(ip netip.Addr) *netlink.Rule {
 	rule := netlink.NewRule()
-	rule.Src, rule.Priority, rule.Family = hostNet(ip), PodRulePriority, unix.AF_INET
+	rule.Src, rule.Priority, rule.Family = hostNet(ip), PodRulePriority, familyOf(ip)
 	return rule
 }
 
@@ -127,11 +132,11 @@ func unwirePod(a Attachment) error {
 	defer h.Close()
 	var errs []error
 	if link, err := h.LinkByName(a.IfName); err == nil && a.IfName != "" {
-		if err := handBackDefault(h, link.Attrs().Index); err != nil {
+		if err := handBackDefault(h, link.Attrs().Index, gatewayOf(a.IP)); err != nil {
 			errs = append(errs, fmt.Errorf("hand the default route of %s on to another interface in %s: %w", a.IfName, a.Netns, err))
 		}
 	}
-	rules, err := retryDump(func() ([]netlink.Rule, error) { return h.RuleList(unix.AF_INET) })
+	rules, err := retryDump(func() ([]netlink.Rule, error) { return h.RuleList(familyOf(a.IP)) })
 	if err != nil {
 		return errors.Join(append(errs, fmt.Errorf("list rules in %s: %w", a.Netns, err))...)
 	}
@@ -159,11 +164,11 @@ func isOwnNetns(ns netns.NsHandle) bool {
 	return self.Equal(ns)
 }
 
-// handBackDefault gives main's gateway routes to the lowest-indexed other
+// handBackDefault gives main's routes via gw to the lowest-indexed other
 // interface that has them in its own table, if idx carries them: without
 // it, the pod is left with no default route when its carrier goes.
-func handBackDefault(h netlinksafe.Handle, idx int) error {
-	_, def, err := podGatewayRoutes(h, idx, mainTable)
+func handBackDefault(h netlinksafe.Handle, idx int, gw netip.Addr) error {
+	_, def, err := podGatewayRoutes(h, idx, mainTable, gw)
 	if err != nil || !def {
 		return err
 	}
@@ -177,12 +182,12 @@ func handBackDefault(h netlinksafe.Handle, idx int) error {
 		if o == idx || l.Attrs().Flags&net.FlagUp == 0 || (heir != 0 && o > heir) {
 			continue
 		}
-		if gw, d, err := podGatewayRoutes(h, o, podTable(o)); err == nil && gw && d {
+		if link, d, err := podGatewayRoutes(h, o, podTable(o), gw); err == nil && link && d {
 			heir = o
 		}
 	}
 	if heir == 0 {
 		return nil
 	}
-	return routeViaGateway(h, heir, mainTable, true)
+	return routeViaGateway(h, heir, mainTable, true, gw)
 }

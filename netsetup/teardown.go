@@ -25,28 +25,34 @@ type Attachment struct {
 	Netns, IfName string
 }
 
-// Teardown removes what Setup made for an address, by name: first the
-// host route and the rules (`to` and `from`, in whatever table), then the
-// host veth (the kernel deletes its pod end with it). It needs no netns and
-// succeeds when things are already gone, so DEL can run it twice.
-func Teardown(hostVeth string, ip netip.Addr) error {
-	a := []Attachment{{HostVeth: hostVeth, IP: ip}}
+// Teardown removes what Setup made for a pod's addresses, by name: first
+// the host routes and the rules (`to` and `from`, in whatever table), then
+// the host veth (the kernel deletes its pod end with it). It needs no netns
+// and succeeds when things are already gone, so DEL can run it twice.
+func Teardown(hostVeth string, ips ...netip.Addr) error {
+	a := make([]Attachment, 0, len(ips))
+	for _, ip := range ips {
+		a = append(a, Attachment{HostVeth: hostVeth, IP: ip})
+	}
 	return errors.Join(Unroute(a), DeleteVeths(hostVeth))
 }
 
-// Unroute removes the host routes and rules of the attachments, with one
-// listing of the rules for all of them, and the pod side of those whose
+// Unroute removes the host routes and rules of the attachments (one per
+// address: a dual-stack pod has two), with one listing of the rules of
+// each family for all of them, and the pod side of those whose
 // pod namespace is named and still there (unwirePod). Afterwards nothing on the node
 // routes their addresses to the old veths, so the addresses may be released
 // while the (slow) veth deletion is still running.
 func Unroute(atts []Attachment) error {
 	ips := make(map[netip.Addr]bool, len(atts))
 	var errs []error
+	v6 := false
 	for _, a := range atts {
 		if !a.IP.IsValid() {
 			continue
 		}
 		ips[a.IP] = true
+		v6 = v6 || a.IP.Is6()
 		if a.Netns != "" {
 			if err := unwirePod(a); err != nil {
 				errs = append(errs, err)
@@ -63,6 +69,13 @@ func Unroute(atts []Attachment) error {
 	rules, err := netlinksafe.RuleList(unix.AF_INET)
 	if err != nil {
 		return errors.Join(append(errs, fmt.Errorf("list rules: %w", err))...)
+	}
+	if v6 {
+		rules6, err := netlinksafe.RuleList(unix.AF_INET6)
+		if err != nil {
+			return errors.Join(append(errs, fmt.Errorf("list ipv6 rules: %w", err))...)
+		}
+		rules = append(rules, rules6...)
 	}
 	for i := range rules {
 		r := &rules[i]
@@ -91,7 +104,7 @@ func ruleIP(r *netlink.Rule) (netip.Addr, bool) {
 	if n == nil {
 		return netip.Addr{}, false
 	}
-	return netip.AddrFromSlice(n.IP.To4())
+	return addrOf(n.IP)
 }
 
 // DeleteVeths deletes host veths by name (their pod ends go with them);

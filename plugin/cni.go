@@ -162,7 +162,7 @@ func OpenWith(cfg *netconf.Config, full provider.Full, w Wirer) (*Plugin, error)
 		return nil, err
 	}
 	mgr := &alloc.Manager{
-		Store: store, Pool: cfg.Pool, BootID: bootID,
+		Store: store, Pool: cfg.Pool, BootID: bootID, Families: cfg.Families,
 		Cooldown: cfg.Cooldown, LockTimeout: cfg.LockTimeout,
 	}
 	var prov Provider = staticProvider{cfg.Pool}
@@ -204,7 +204,11 @@ func (p *Plugin) Attach(ctx context.Context, args *skel.CmdArgs) (res *current.R
 	if err != nil {
 		return nil, p.addAttrs, err
 	}
-	return res, append([]any{"ip", res.IPs[0].Address.IP.String(), "pod", at.PodNamespace + "/" + at.PodName}, p.addAttrs...), nil
+	attrs = []any{"ip", res.IPs[0].Address.IP.String()}
+	if len(res.IPs) > 1 {
+		attrs = append(attrs, "ip2", res.IPs[1].Address.IP.String())
+	}
+	return res, append(append(attrs, "pod", at.PodNamespace+"/"+at.PodName), p.addAttrs...), nil
 }
 
 func (c CNI) Del(args *skel.CmdArgs) error {

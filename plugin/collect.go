@@ -90,7 +90,9 @@ func (p *Plugin) Collect(ctx context.Context, live gc.Liveness, opts gc.Options,
 		for i, a := range st.Allocations {
 			atts[i] = p.gcAttachment(a, now)
 			held[a.Key] = a
-			owned[a.IP] = a.HostVeth
+			for _, ip := range a.Addrs() {
+				owned[ip] = a.HostVeth
+			}
 		}
 		c.Plan = gc.MakePlan(atts, live, now, opts)
 		if c.Plan.Refused != nil {
@@ -150,7 +152,7 @@ func (p *Plugin) unroute(c *Collection, held map[alloc.Key]alloc.Allocation) []a
 		ok := dead[:0:0]
 		for _, a := range dead {
 			if err := p.wire.Unroute(attachmentsOf([]alloc.Allocation{a})); err != nil {
-				c.Errors = append(c.Errors, fmt.Errorf("tear down %s (%s): %w", a.Key, a.IP, err))
+				c.Errors = append(c.Errors, fmt.Errorf("tear down %s (%s): %w", a.Key, addrList(a), err))
 				continue
 			}
 			ok = append(ok, a)
@@ -198,9 +200,9 @@ func (p *Plugin) free(ctx context.Context, c *Collection, unrouted []alloc.Alloc
 }
 
 func attachmentsOf(as []alloc.Allocation) []netsetup.Attachment {
-	out := make([]netsetup.Attachment, len(as))
-	for i, a := range as {
-		out[i] = netsetup.Attachment{HostVeth: a.HostVeth, IP: a.IP}
+	out := make([]netsetup.Attachment, 0, len(as))
+	for _, a := range as {
+		out = append(out, unrouteOf(a.HostVeth, "", "", a.Addrs())...)
 	}
 	return out
 }

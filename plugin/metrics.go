@@ -46,6 +46,9 @@ func nodeMetrics(network string, st *alloc.State, pl alloc.Pool, runs *metrics.R
 
 // poolFamilies are the pool's addresses per ENI and state.
 func poolFamilies(net metrics.Label, st *alloc.State, pl alloc.Pool, now time.Time) []metrics.Family {
+	if rs, ok := pl.(alloc.Ranges); ok && rs.FamilySize(alloc.IPv6) > 0 {
+		return rangeFamilies(net, st, rs, now)
+	}
 	allocated := make(map[netip.Addr]bool, len(st.Allocations))
 	for _, a := range st.Allocations {
 		allocated[a.IP] = true
@@ -86,6 +89,44 @@ func poolFamilies(net metrics.Label, st *alloc.State, pl alloc.Pool, now time.Ti
 		addrs.Add(float64(c.free), net, l, metrics.Label{Name: "state", Value: "free"})
 		addrs.Add(float64(c.cooling), net, l, metrics.Label{Name: "state", Value: "cooling"})
 		addrs.Add(float64(c.allocated), net, l, metrics.Label{Name: "state", Value: "allocated"})
+	}
+	allocs := metrics.Family{Name: "eni_cni_allocations", Help: "Addresses allocated to pod sandboxes (also those outside the pool).", Type: metrics.Gauge}
+	allocs.Add(float64(len(st.Allocations)), net)
+	return append([]metrics.Family{size, addrs, allocs}, demandFamilies(net, st, now)...)
+}
+
+// rangeFamilies are poolFamilies of a static pool with IPv6 ranges, by
+// family (label "family"): counted, not walked, as an IPv6 range may hold
+// 2^64 addresses.
+func rangeFamilies(net metrics.Label, st *alloc.State, rs alloc.Ranges, now time.Time) []metrics.Family {
+	size := metrics.Family{Name: "eni_cni_pool_size", Help: "Addresses in the pool, by ENI (\"none\" for a static pool).", Type: metrics.Gauge}
+	addrs := metrics.Family{Name: "eni_cni_pool_addresses", Help: "Pool addresses by ENI and state (free, cooling, allocated).", Type: metrics.Gauge}
+	none := metrics.Label{Name: "eni", Value: "none"}
+	for _, f := range []alloc.Family{alloc.IPv4, alloc.IPv6} {
+		total := rs.FamilySize(f)
+		if total == 0 {
+			continue
+		}
+		of := func(ip netip.Addr) bool { return alloc.FamilyOf(ip) == f && rs.Contains(st, ip) }
+		allocated := map[netip.Addr]bool{}
+		for _, a := range st.Allocations {
+			for _, ip := range a.Addrs() {
+				if of(ip) {
+					allocated[ip] = true
+				}
+			}
+		}
+		cooling := 0
+		for _, c := range st.Cooling {
+			if of(c.IP) && !allocated[c.IP] && now.Before(c.Until) {
+				cooling++
+			}
+		}
+		fam := metrics.Label{Name: "family", Value: f.String()}
+		size.Add(float64(total), net, none, fam)
+		addrs.Add(float64(total-len(allocated)-cooling), net, none, fam, metrics.Label{Name: "state", Value: "free"})
+		addrs.Add(float64(cooling), net, none, fam, metrics.Label{Name: "state", Value: "cooling"})
+		addrs.Add(float64(len(allocated)), net, none, fam, metrics.Label{Name: "state", Value: "allocated"})
 	}
 	allocs := metrics.Family{Name: "eni_cni_allocations", Help: "Addresses allocated to pod sandboxes (also those outside the pool).", Type: metrics.Gauge}
 	allocs.Add(float64(len(st.Allocations)), net)

@@ -43,9 +43,20 @@ type Wirer interface {
 	PodRoutes(prefix string) ([]netsetup.PodRoute, error)
 }
 
-// teardown removes an attachment's wiring: routes and rules, then the veth.
-func teardown(w Wirer, hostVeth string, ip netip.Addr) error {
-	return errors.Join(w.Unroute([]netsetup.Attachment{{HostVeth: hostVeth, IP: ip}}), w.DeleteVeths(hostVeth))
+// teardown removes an attachment's wiring: routes and rules of each of its
+// addresses, then the veth.
+func teardown(w Wirer, hostVeth string, ips ...netip.Addr) error {
+	return errors.Join(w.Unroute(unrouteOf(hostVeth, "", "", ips)), w.DeleteVeths(hostVeth))
+}
+
+// unrouteOf is what Unroute takes for a pod's addresses: one attachment
+// per address.
+func unrouteOf(hostVeth, netns, ifName string, ips []netip.Addr) []netsetup.Attachment {
+	out := make([]netsetup.Attachment, len(ips))
+	for i, ip := range ips {
+		out[i] = netsetup.Attachment{HostVeth: hostVeth, IP: ip, Netns: netns, IfName: ifName}
+	}
+	return out
 }
 
 // Kernel is the real Wirer.
@@ -134,7 +145,9 @@ func (p *Plugin) stateLost(st *alloc.State) error {
 	}
 	explained := make(map[netip.Addr]string, len(st.Allocations))
 	for _, a := range st.Allocations {
-		explained[a.IP] = a.HostVeth
+		for _, ip := range a.Addrs() {
+			explained[ip] = a.HostVeth
+		}
 	}
 	var ours []string
 	for _, r := range routes {
@@ -167,7 +180,7 @@ func abbreviate(items []string, n int) string {
 
 func (p *Plugin) podSpec(a alloc.Allocation, netns string, r netsetup.Routing) netsetup.Pod {
 	return netsetup.Pod{
-		Netns: netns, IfName: a.IfName, HostVeth: a.HostVeth, IP: a.IP,
+		Netns: netns, IfName: a.IfName, HostVeth: a.HostVeth, IP: a.IP, IP6: a.IP6,
 		MTU: p.Cfg.MTU, Table: r.Table, FromDsts: r.FromDsts, Default: defaultRoute(p.Cfg.DefaultRoute),
 	}
 }
@@ -237,7 +250,7 @@ func (p *Plugin) add(ctx context.Context, at attachment) (*current.Result, error
 			return p.result(a, at.Netns, links), nil
 		}
 		// Incomplete wiring from an ADD that died half-way: start over.
-		if err := teardown(p.wire, a.HostVeth, a.IP); err != nil {
+		if err := teardown(p.wire, a.HostVeth, a.Addrs()...); err != nil {
 			return nil, fmt.Errorf("repair %s: %w", at.Key, err)
 		}
 		fault.Point("add:after-repair-teardown")
@@ -268,6 +281,12 @@ func (p *Plugin) undo(ctx context.Context, at attachment, a alloc.Allocation, ex
 // result is the ADD result. The gateway and the default route are only
 // the interface's that carries the pod's default route: a runtime or
 // Multus reads them as this attachment's claim to it.
+//
+// A dual-stack result lists its addresses in the order of ipFamilies,
+// IPv4 first by default: containerd takes the first IPv4 address of the
+// result as the pod's primary IP whatever the order (its ip_pref "ipv4",
+// the default; "cni" takes the result's order), CRI-O the first listed,
+// and kubelet reports the primary as status.podIP.
 func (p *Plugin) result(a alloc.Allocation, netns string, l netsetup.Links) *current.Result {
 	r := &current.Result{
 		CNIVersion: current.ImplementedSpecVersion,
@@ -275,17 +294,47 @@ func (p *Plugin) result(a alloc.Allocation, netns string, l netsetup.Links) *cur
 			{Name: a.HostVeth, Mac: l.HostMAC.String()},
 			{Name: a.IfName, Mac: l.PodMAC.String(), Sandbox: netns},
 		},
-		IPs: []*current.IPConfig{{
-			Interface: current.Int(1),
-			Address:   net.IPNet{IP: a.IP.AsSlice(), Mask: net.CIDRMask(32, 32)},
-		}},
 	}
-	if l.Default {
-		gw := netsetup.GatewayIP().AsSlice()
-		r.IPs[0].Gateway = gw
-		r.Routes = []*types.Route{{Dst: net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, GW: gw}}
+	for _, ip := range p.resultOrder(a) {
+		c := &current.IPConfig{
+			Interface: current.Int(1),
+			Address:   net.IPNet{IP: ip.AsSlice(), Mask: net.CIDRMask(ip.BitLen(), ip.BitLen())},
+		}
+		if l.Default {
+			gw := netsetup.GatewayIP()
+			if ip.Is6() {
+				gw = netsetup.GatewayIP6()
+			}
+			c.Gateway = gw.AsSlice()
+			r.Routes = append(r.Routes, &types.Route{Dst: net.IPNet{IP: defaultDst(ip), Mask: net.CIDRMask(0, ip.BitLen())}, GW: c.Gateway})
+		}
+		r.IPs = append(r.IPs, c)
 	}
 	return r
+}
+
+func defaultDst(ip netip.Addr) net.IP {
+	if ip.Is4() {
+		return net.IPv4zero.To4()
+	}
+	return net.IPv6zero
+}
+
+// resultOrder is a's addresses in the order of the network's ipFamilies.
+func (p *Plugin) resultOrder(a alloc.Allocation) []netip.Addr {
+	if !a.IP6.IsValid() {
+		return []netip.Addr{a.IP}
+	}
+	var out []netip.Addr
+	for _, f := range p.Cfg.Families {
+		if ip, ok := a.Addr(f); ok {
+			out = append(out, ip)
+		}
+	}
+	if len(out) != 2 { // a network that changed its families: the store's order
+		return a.Addrs()
+	}
+	return out
 }
 
 // del frees the attachment's address. It needs no netns: the host side is
@@ -312,8 +361,8 @@ func (p *Plugin) del(ctx context.Context, k alloc.Key, netns string) error {
 		fault.Point("del:after-lookup")
 		// The address may only be freed once nothing routes it to the old
 		// veth, or a new pod could get an address still routed there.
-		if err := p.wire.Unroute([]netsetup.Attachment{{HostVeth: a.HostVeth, IP: a.IP, Netns: netns, IfName: k.IfName}}); err != nil {
-			return fmt.Errorf("tear down %s (%s): %w", k, a.IP, err)
+		if err := p.wire.Unroute(unrouteOf(a.HostVeth, netns, k.IfName, a.Addrs())); err != nil {
+			return fmt.Errorf("tear down %s (%s): %w", k, addrList(a), err)
 		}
 		fault.Point("del:after-unroute")
 		// From here the veth is only a dead end.
@@ -392,16 +441,18 @@ func (p *Plugin) check(ctx context.Context, at attachment, prev *current.Result)
 		return fmt.Errorf("check %s: %w", at.Key, errNoAllocation)
 	}
 	if prev != nil {
-		if err := prevMatches(prev, a, at.Netns); err != nil {
-			return fmt.Errorf("check %s: %w: %w", at.Key, errPrevResult, err)
+		for _, ip := range a.Addrs() {
+			if err := prevMatches(prev, a, ip, at.Netns); err != nil {
+				return fmt.Errorf("check %s: %w: %w", at.Key, errPrevResult, err)
+			}
 		}
 	}
 	routing, err := p.provider.Routing(a, sec)
 	if err != nil {
-		return fmt.Errorf("check %s (%s): %w: %w", at.Key, a.IP, errCheckRouting, err)
+		return fmt.Errorf("check %s (%s): %w: %w", at.Key, addrList(a), errCheckRouting, err)
 	}
 	if _, err := p.wire.Check(p.podSpec(a, at.Netns, routing)); err != nil {
-		return fmt.Errorf("check %s (%s): %w", at.Key, a.IP, err)
+		return fmt.Errorf("check %s (%s): %w", at.Key, addrList(a), err)
 	}
 	return nil
 }
@@ -411,11 +462,20 @@ func (p *Plugin) check(ctx context.Context, at attachment, prev *current.Result)
 // `from` rule; that is a failure, not a skipped check.
 var errCheckRouting = errors.New("cannot tell the address's policy routing")
 
+// addrList names a's addresses for messages: "10.0.0.1" or
+// "10.0.0.1, fd00::1".
+func addrList(a alloc.Allocation) string {
+	if !a.IP6.IsValid() {
+		return a.IP.String()
+	}
+	return a.IP.String() + ", " + a.IP6.String()
+}
+
 // prevMatches checks that the ADD result the runtime kept is ours: the
-// allocation's address as a /32 on the pod's interface, that interface in
-// the pod's namespace, and the host veth. A later plugin of the chain may
-// have added to the result; nothing is required to be absent.
-func prevMatches(r *current.Result, a alloc.Allocation, netns string) error {
+// allocation's address ip as a /32 (/128) on the pod's interface, that
+// interface in the pod's namespace, and the host veth. A later plugin of
+// the chain may have added to the result; nothing is required to be absent.
+func prevMatches(r *current.Result, a alloc.Allocation, want netip.Addr, netns string) error {
 	pod, host := -1, -1
 	for i, itf := range r.Interfaces {
 		switch {
@@ -442,18 +502,18 @@ func prevMatches(r *current.Result, a alloc.Allocation, netns string) error {
 		}
 		ones, bits := c.Address.Mask.Size()
 		listed = append(listed, fmt.Sprintf("%s/%d", got.Unmap(), ones))
-		if got.Unmap() != a.IP {
+		if got.Unmap() != want {
 			continue
 		}
-		if ones != 32 || bits != 32 {
-			return fmt.Errorf("address %s has prefix /%d, eni-cni assigns a /32", a.IP, ones)
+		if n := want.BitLen(); ones != n || bits != n {
+			return fmt.Errorf("address %s has prefix /%d, eni-cni assigns a /%d", want, ones, n)
 		}
 		if c.Interface != nil && *c.Interface != pod {
-			return fmt.Errorf("address %s is on interface %d, not on %s", a.IP, *c.Interface, a.IfName)
+			return fmt.Errorf("address %s is on interface %d, not on %s", want, *c.Interface, a.IfName)
 		}
 		return nil
 	}
-	return fmt.Errorf("no address %s/32 (it lists %v); the allocation holds %s", a.IP, listed, a.IP)
+	return fmt.Errorf("no address %s/%d (it lists %v); the allocation holds %s", want, want.BitLen(), listed, addrList(a))
 }
 
 // errNotReady: STATUS found the plugin unable to serve any ADD.

@@ -94,7 +94,10 @@ func planRepair(in repairInput) repairPlan {
 	byIP := map[netip.Addr]alloc.Allocation{}
 	byKey := map[alloc.Key]alloc.Allocation{}
 	for _, a := range in.Base.Allocations {
-		byIP[a.IP], byKey[a.Key] = a, a
+		byKey[a.Key] = a
+		for _, ip := range a.Addrs() {
+			byIP[ip] = a
+		}
 	}
 	onNode := map[string]bool{}
 	for _, v := range sortedViews(in.Veths) {
@@ -117,6 +120,13 @@ func planRepair(in repairInput) repairPlan {
 				continue
 			}
 			k := alloc.Key{Network: in.Network, ContainerID: o.sb.ID, IfName: o.ifName}
+			if i := secondFamily(plan.Add, k, ip); i >= 0 {
+				// A dual-stack pod: its veth routes one address of each
+				// family, recorded in one allocation.
+				plan.Add[i] = withSecond(plan.Add[i], ip)
+				byIP[ip], byKey[k] = plan.Add[i], plan.Add[i]
+				continue
+			}
 			if a, dup := byKey[k]; dup {
 				plan.Conflicts = append(plan.Conflicts, fmt.Sprintf("%s is routed through %s, whose sandbox %s already holds %s", ip, v.Name, k, a.IP))
 				continue
@@ -146,6 +156,27 @@ func planRepair(in repairInput) repairPlan {
 	return plan
 }
 
+// secondFamily finds the allocation this repair adds for k that holds one
+// address of the family other than ip's and none of ip's: ip is its second.
+func secondFamily(add []alloc.Allocation, k alloc.Key, ip netip.Addr) int {
+	for i, a := range add {
+		if a.Key == k && !a.IP6.IsValid() && a.IP.Is4() != ip.Is4() {
+			return i
+		}
+	}
+	return -1
+}
+
+// withSecond gives a its second address, IPv4 in IP and IPv6 in IP6.
+func withSecond(a alloc.Allocation, ip netip.Addr) alloc.Allocation {
+	if ip.Is4() {
+		a.IP, a.IP6 = ip, a.IP
+	} else {
+		a.IP6 = ip
+	}
+	return a
+}
+
 func sortedViews(vs []netsetup.VethView) []netsetup.VethView {
 	out := slices.Clone(vs)
 	slices.SortFunc(out, func(a, b netsetup.VethView) int { return strings.Compare(a.Name, b.Name) })
@@ -160,7 +191,9 @@ func (plan repairPlan) apply(st *alloc.State, now time.Time, boot, cooldown time
 	// older entry (a repeated repair), so no address cools twice.
 	taken := map[netip.Addr]bool{}
 	for _, a := range plan.Add {
-		taken[a.IP] = true
+		for _, ip := range a.Addrs() {
+			taken[ip] = true
+		}
 	}
 	for _, h := range plan.Held {
 		taken[h.IP] = true

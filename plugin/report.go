@@ -101,11 +101,16 @@ func printListing(w io.Writer, l listing, age func(alloc.Allocation) time.Durati
 	fmt.Fprintln(tw, "POD\tNAMESPACE\tIP\tENI\tAGE\tCONTAINER\tIFNAME\tHOST VETH")
 	for _, a := range l.Allocations {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shown(a.PodName), shown(a.PodNamespace),
-			a.IP, shown(a.ENI), humanAge(age(a)), shown(shortContainerID(a.ContainerID)), shown(a.IfName), shown(a.HostVeth))
+			addrList(a), shown(a.ENI), humanAge(age(a)), shown(shortContainerID(a.ContainerID)), shown(a.IfName), shown(a.HostVeth))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\nnetwork %q: %d allocations; pool: total %d, free %d, cooling %d, allocated %d (state %s)\n",
 		l.Network, len(l.Allocations), l.Pool.Total, l.Pool.Free, l.Pool.Cooling, l.Pool.Allocated, l.StateFile)
+	for _, f := range []alloc.Family{alloc.IPv4, alloc.IPv6} {
+		if c, ok := l.Pool.Families.Of(f); ok {
+			fmt.Fprintf(w, "  %s: total %d, free %d, cooling %d, allocated %d\n", f, c.Total, c.Free, c.Cooling, c.Allocated)
+		}
+	}
 	for _, x := range l.Lost {
 		fmt.Fprintf(w, "LOST: %s of %s (pod %s) is no longer assigned to this instance by EC2; the pod has no working address, recreate it\n",
 			x.IP, x.Key, shown(x.Pod))

@@ -157,7 +157,7 @@ func TestNodeWarmDirect(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := NodeWarm{systemdRun: filepath.Join(root, "run"), unitDirs: []string{filepath.Join(root, "units")},
-		confDir: filepath.Join(root, "net.d"), systemctl: systemctl}
+		confDir: filepath.Join(root, "net.d"), systemctl: []string{systemctl}}
 	var spawned int
 	n.spawn = func(*netconf.Config) (string, error) { spawned++; return "process 1", nil }
 	for _, d := range []string{n.systemdRun, n.unitDirs[0], n.confDir} {
@@ -177,6 +177,17 @@ func TestNodeWarmDirect(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(called); strings.Count(string(b), "\n") != 1 {
 		t.Errorf("systemctl called %q, want once", b)
+	}
+
+	// A systemctl found only on $PATH (the runtime's environment) is never
+	// run: without one at a system path the pass is spawned directly.
+	n.systemctl = []string{filepath.Join(root, "no", "systemctl")}
+	t.Setenv("PATH", root)
+	if how, err := n.StartWarm(context.Background(), cfg, false); err != nil || spawned != 2 || !strings.Contains(how, "process") {
+		t.Fatalf("start without a system systemctl: %q %v, %d spawned", how, err, spawned)
+	}
+	if b, _ := os.ReadFile(called); strings.Count(string(b), "\n") != 1 {
+		t.Errorf("the systemctl on $PATH was run: %q", b)
 	}
 }
 

@@ -41,9 +41,11 @@ type NodeWarm struct {
 	systemdRun string   // exists as a directory when systemd is PID 1 (sd_booted(3))
 	unitDirs   []string // where an installed unit may be
 	confDir    string   // where the unit's `eni-cni warm` finds its configuration
-	systemctl  string
-	command    func(cfg *netconf.Config, confPath string) (*exec.Cmd, func(), error)
-	spawn      func(cfg *netconf.Config) (string, error) // nil: spawnWarm
+	// systemctl candidates, the first that exists is run: fixed system
+	// paths, never a search of $PATH, which is the runtime's to set.
+	systemctl []string
+	command   func(cfg *netconf.Config, confPath string) (*exec.Cmd, func(), error)
+	spawn     func(cfg *netconf.Config) (string, error) // nil: spawnWarm
 }
 
 // NewNodeWarm starts passes with command (Full.WarmCommand) where systemd
@@ -54,7 +56,7 @@ func NewNodeWarm(full Full) NodeWarm {
 		systemdRun: "/run/systemd/system",
 		unitDirs:   []string{"/etc/systemd/system", "/run/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system"},
 		confDir:    netconf.DefaultConfDir,
-		systemctl:  "systemctl",
+		systemctl:  []string{"/usr/bin/systemctl", "/bin/systemctl"},
 	}
 }
 
@@ -68,12 +70,12 @@ func (n NodeWarm) StartWarm(ctx context.Context, cfg *netconf.Config, direct boo
 		how, err := spawn(cfg)
 		return how + " (the last start ran no pass)", err
 	}
-	if n.unitServes(cfg) {
+	if systemctl := firstExisting(n.systemctl); systemctl != "" && n.unitServes(cfg) {
 		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
 		// --no-block: queue the start and return; the unit is oneshot, so a
 		// start while it runs joins the running pass.
-		out, err := exec.CommandContext(ctx, n.systemctl, "start", "--no-block", WarmUnit).CombinedOutput()
+		out, err := exec.CommandContext(ctx, systemctl, "start", "--no-block", WarmUnit).CombinedOutput()
 		if err == nil {
 			return "systemd unit " + WarmUnit, nil
 		}
@@ -84,6 +86,16 @@ func (n NodeWarm) StartWarm(ctx context.Context, cfg *netconf.Config, direct boo
 		how = how + " (" + unitErr.Error() + ")"
 	}
 	return how, err
+}
+
+// firstExisting is the first of paths that names a regular file, or "".
+func firstExisting(paths []string) string {
+	for _, p := range paths {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			return p
+		}
+	}
+	return ""
 }
 
 // unitServes reports whether the installed timer unit would warm cfg's

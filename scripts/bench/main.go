@@ -48,6 +48,7 @@ type config struct {
 	install     bool
 	sharedNode  bool
 	n           int
+	familyN     int
 	burst       int
 	burstRounds int
 	gone        int
@@ -86,6 +87,7 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.install, "install", true, "run scripts/install-test-deps.sh first (installs ptp, host-local, ...)")
 	fs.BoolVar(&c.sharedNode, "shared-node", false, "run both plugins in one node namespace instead of one each")
 	fs.IntVar(&c.n, "n", 200, "sequential pods per plugin (ADD all, CHECK all, DEL all)")
+	fs.IntVar(&c.familyN, "family-n", 20, "sequential pods per plugin and address family set (IPv4, IPv6, dual-stack; 0: skip, for a binary without ipFamilies)")
 	fs.IntVar(&c.burst, "burst", 50, "concurrent ADDs (then DELs) per burst")
 	fs.IntVar(&c.burstRounds, "burst-rounds", 3, "bursts per plugin")
 	fs.IntVar(&c.gone, "gone", 50, "DELs with the netns gone, per plugin")
@@ -119,10 +121,10 @@ func parseFlags(args []string) (config, error) {
 	if c.quick {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		quick := map[string]*int{"n": &c.n, "burst": &c.burst, "burst-rounds": &c.burstRounds, "gone": &c.gone,
+		quick := map[string]*int{"n": &c.n, "family-n": &c.familyN, "burst": &c.burst, "burst-rounds": &c.burstRounds, "gone": &c.gone,
 			"exec-n": &c.execN, "gc-reps": &c.gcReps, "gc-rounds": &c.gcRounds, "profile-adds": &c.profileAdds, "perf-n": &c.perfN,
 			"kubelet-rounds": &c.kubeRounds}
-		vals := map[string]int{"n": 40, "burst": 20, "burst-rounds": 2, "gone": 10, "exec-n": 40, "gc-reps": 3,
+		vals := map[string]int{"n": 40, "family-n": 10, "burst": 20, "burst-rounds": 2, "gone": 10, "exec-n": 40, "gc-reps": 3,
 			"gc-rounds": 1, "profile-adds": 300, "perf-n": 20, "kubelet-rounds": 1}
 		for k, p := range quick {
 			if !set[k] {
@@ -133,6 +135,8 @@ func parseFlags(args []string) (config, error) {
 	switch {
 	case c.n < 10 || c.n > 250:
 		return c, errors.New("-n must be 10..250 (the pods share a /24)")
+	case c.familyN < 0 || 3*c.familyN > c.n:
+		return c, errors.New("-family-n must be 0..n/3 (its pods are the sequential phase's; 0 skips the phase)")
 	case c.burst < 1 || c.burst > 250 || c.burstRounds < 1:
 		return c, errors.New("-burst must be 1..250 and -burst-rounds >= 1")
 	case c.gcAllocs < 1 || c.gcAllocs > 250 || c.gcDead > c.gcAllocs || c.gcSandboxes < c.gcAllocs-c.gcDead:
@@ -209,6 +213,7 @@ func (b *bench) run(ctx context.Context) error {
 	}{
 		{"exec floor (VERSION)", b.phaseExecFloor},
 		{"sequential ADD, CHECK, DEL", b.phaseSequential},
+		{"address families (IPv4, IPv6, dual-stack)", b.phaseFamilies},
 		{"peak RSS (GNU time)", b.phaseRSS},
 		{"bursts", b.phaseBurst},
 		{"DEL with the netns gone", b.phaseGone},
@@ -222,7 +227,7 @@ func (b *bench) run(ctx context.Context) error {
 	if b.cfg.only == "core" {
 		// The phases a change of the ADD/DEL path moves; the rest
 		// (gc, EC2 counts, the dry pool, kubelet) have their own -only.
-		phases = phases[:5]
+		phases = phases[:6]
 		b.cfg.md = ""
 	}
 	for _, p := range phases {

@@ -242,6 +242,8 @@ func (b *bench) buildTables() {
 		oneRow(sec, fmt.Sprintf("ADD p50, last %d pods (ms)", tenth), el, rl),
 		row{sec, "ADD p50, last 10% / first 10%", r2(ratio(el, ef)), r2(ratio(rl, rf)), "–"})
 
+	res.Rows = append(res.Rows, b.familyRows()...)
+
 	sec = fmt.Sprintf("burst (%d at once, %d rounds each)", c.burst, c.burstRounds)
 	bw := map[string][2]float64{}
 	for _, op := range []string{"ADD", "DEL"} {

@@ -4,10 +4,10 @@
 # network namespace with the primary ENI's link, an ec2 pool warmed to its
 # warmIPTarget of 3 by three passes, then RUNS more passes, each a whole
 # process as the timer runs it (the lean binary, which execs its cached
-# full build), timed as a whole (user+sys of the process; the pass waits
+# ec2 build), timed as a whole (perf's task-clock, else user+sys; the pass waits
 # for every child it starts; the times include the nsenter and env that
 # start it; the floor, the same wrappers running /bin/true, is timed in
-# turn with the passes and printed too). Prints the medians. BIN_B, if given, is
+# turn with the passes and printed too). Prints quantiles. BIN_B, if given, is
 # timed the same way in a world of its own, pass for pass in turn with BIN
 # (A B A B ...), so that both see the same machine.
 # PODS=N (default 0) settles a c5.4xlarge with N pods' allocations written
@@ -89,20 +89,29 @@ world() {
 }
 
 # timed NAME: one pass; appends "cpu_ms rss_kib" to $WORK/NAME/times. CPU
-# is the subshell's children's (bash's times, in ms: GNU time prints
-# centiseconds), peak RSS GNU time's.
+# is perf's task-clock of the whole command when perf is there (0.01 ms),
+# else the subshell's children's (bash's times, in ms: GNU time prints
+# centiseconds); peak RSS is GNU time's.
 timed() {
 	local t
+	if command -v perf >/dev/null; then
+		t=$(perf stat -x, -e task-clock /usr/bin/time -o "$WORK/$1/rss" -f %M $(cat "$WORK/$1/pass") 2>&1 >/dev/null | awk -F, '/task-clock/ { print $1 }')
+		echo "$t $(cat "$WORK/$1/rss")" >>"$WORK/$1/times"
+		return
+	fi
 	t=$( (/usr/bin/time -o "$WORK/$1/rss" -f %M $(cat "$WORK/$1/pass") >/dev/null && times) | tail -1)
 	awk -v rss="$(cat "$WORK/$1/rss")" '{ split($1, u, /[ms]/); split($2, s, /[ms]/)
 		printf "%.1f %d\n", (u[1] * 60 + u[2] + s[1] * 60 + s[2]) * 1000, rss }' <<<"$t" >>"$WORK/$1/times"
 }
 
+# report WHO NAME: the quantiles of the passes' CPU (a loaded machine adds
+# to every pass; the low quantiles are the least disturbed) and the median
+# peak RSS.
 report() {
 	sort -n "$WORK/$2/times" | awk -v who="$1" '{ cpu[NR] = $1; rss[NR] = $2 / 1024 }
-		END { m = int((NR + 1) / 2)
-			printf "%s: %d passes, CPU (user+sys) median %.1f ms (min %.1f, max %.1f), peak RSS %.1f MiB\n",
-				who, NR, cpu[m], cpu[1], cpu[NR], rss[m] }'
+		END { m = int((NR + 1) / 2); q = int(NR / 10) + 1; r = int(NR / 4) + 1
+			printf "%s: %d passes, CPU (whole command) min %.1f, p10 %.1f, p25 %.1f, median %.1f, max %.1f ms; peak RSS %.1f MiB\n",
+				who, NR, cpu[1], cpu[q], cpu[r], cpu[m], cpu[NR], rss[m] }'
 }
 
 world a "$1"

@@ -1,0 +1,8 @@
+//go:build ec2build
+
+package main
+
+// ec2Build: the ec2 build runs only the commands inEC2Build names; a test
+// calling gc (or repair, doctor, install, uninstall) in process would get
+// a usage error from it.
+const ec2Build = true

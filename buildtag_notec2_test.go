@@ -1,0 +1,5 @@
+//go:build !ec2build
+
+package main
+
+const ec2Build = false
