@@ -145,10 +145,12 @@ stress: build
 	ENI_CNI_BIN=$(CURDIR)/$(BIN) ENI_CNI_STRESS=$(STRESS_DURATION) $(GO) test -count=1 -p 1 -timeout 0 -run '^TestStress$$' -v ./integration/
 
 # A scale-up of FLEET_NODES nodes x 30 pods against one account's EC2 token
-# buckets: the real warm and ADD code on compressed time (ec2/fleet,
-# docs/scale.md). No root needed. FLEET_FLAGS e.g. -scale 10.
+# buckets: the real warm, ADD and STATUS code on virtual time (ec2/fleet
+# TestFleet, docs/scale.md), then a day of steady state and the scale-down
+# (scripts/fleet). No root needed. FLEET_FLAGS e.g. -fleet.configs secondary,ipamd.
 fleet:
-	$(GO) run ./scripts/fleet -nodes $(or $(FLEET_NODES),1000) $(FLEET_FLAGS)
+	$(GO) test -count=1 -timeout 0 -run '^TestFleet$$' -v ./ec2/fleet -args -fleet.nodes $(or $(FLEET_NODES),1000) $(FLEET_FLAGS)
+	$(GO) run ./scripts/fleet -configs steady -steady-nodes $(or $(FLEET_STEADY_NODES),100) -steady-every 5m
 
 # eni-cni vs ptp+host-local in throwaway namespaces; table on stdout and in docs/BENCHMARKS.md, details in _out/bench/. Root. BENCH_FLAGS=-quick for a short run.
 # BENCH_FLAGS='-only kubelet' runs only the kubelet burst (a real kubelet + containerd; builds kubelet once).

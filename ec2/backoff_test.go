@@ -1,7 +1,9 @@
 package ec2
 
 import (
+	"bytes"
 	"context"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -72,5 +74,56 @@ func TestThrottledCallsWaitForTheBucket(t *testing.T) {
 	// hundreds of times a second; backed off, each a few times.
 	if throttled == 0 || throttled > 4*n {
 		t.Errorf("%d throttled attempts for %d calls, want some and at most %d", throttled, n, 4*n)
+	}
+}
+
+// TestTimerPassPausesAfterThrottle: passes nobody waits for (the
+// timer's) that EC2 throttles are remembered outside the store, which
+// stays as it was. Two in a row pause nothing (an operator's warm right
+// after runs); from the third, the next pass within lastingPause makes no
+// EC2 call, one after it tries again and lengthens the streak, and the
+// first that gets through forgets it.
+func TestTimerPassPausesAfterThrottle(t *testing.T) {
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge"}, section.WarmConfig{WarmIPTarget: 5})
+	e.w.API = NewAPI(e.fake.URL(), "us-east-1", NewMetadataClient(e.fake.URL()), fastRetry)
+	mem := ThrottleFile(filepath.Join(t.TempDir(), ThrottledName))
+	e.w.Throttles = mem
+	e.warm(t) // limits and the first addresses
+	e.w.Cfg.WarmIPTarget = 20
+	e.fake.Throttle("AssignPrivateIpAddresses", 1000)
+	state := e.st.Bytes()
+	for streak := 1; streak <= lastingThrottle; streak++ {
+		e.now = e.now.Add(time.Second)
+		if err := e.w.Run(context.Background()); err == nil {
+			t.Fatalf("throttled pass %d succeeded", streak)
+		}
+		if o, err := mem.Load(); err != nil || o == nil || o.Streak != streak {
+			t.Fatalf("remembered %+v (%v) after %d throttled passes", o, err, streak)
+		}
+	}
+	if !bytes.Equal(state, e.st.Bytes()) || e.lastPass(t) != nil {
+		t.Errorf("throttled passes nobody waited for changed the store")
+	}
+	calls := e.fake.Calls()["AssignPrivateIpAddresses"]
+	e.now = e.now.Add(lastingBase / 4)
+	e.warm(t)
+	if n := e.fake.Calls()["AssignPrivateIpAddresses"]; n != calls {
+		t.Errorf("a pass within the pause made %d Assign calls", n-calls)
+	}
+	e.now = e.now.Add(lastingBase)
+	if err := e.w.Run(context.Background()); err == nil {
+		t.Fatal("throttled pass after the pause succeeded")
+	}
+	if o, _ := mem.Load(); o == nil || o.Streak != lastingThrottle+1 {
+		t.Fatalf("remembered %+v after the pause's throttled pass, want a streak of %d", o, lastingThrottle+1)
+	}
+	e.fake.ClearFaults()
+	e.now = e.now.Add(2 * lastingBase)
+	e.warm(t)
+	if o, _ := mem.Load(); o != nil {
+		t.Errorf("remembered %+v after a pass got through", o)
+	}
+	if c, _, _ := e.counts(t); c.Free < 20 {
+		t.Errorf("pool %+v after the throttle, want 20 free", c)
 	}
 }

@@ -28,11 +28,13 @@ const (
 
 // newENI is one ENI a pass is about to create: the idempotency token that
 // keys its pending record, the device index reserved for it, and how many
-// addresses (or prefixes) it is created with.
+// addresses (or prefixes) it is created with. kept is set for an ENI an
+// earlier pass created but could not attach: it is attached, not created.
 type newENI struct {
 	token        string
 	card, device int
 	count        int32
+	kept         *section.UnattachedENI
 }
 
 // createENIs creates the ENIs the need takes, concurrently: one ENI's time
@@ -95,6 +97,22 @@ func (w *Warmer) planENIs(src *section.EC2, need int) []newENI {
 	}
 	per := slots(src)
 	var batch []newENI
+	// ENIs created but not attached by an earlier pass come first: their
+	// Create is spent already.
+	for _, p := range src.Pending {
+		if need <= 0 || len(batch) >= max(room, 1) {
+			break
+		}
+		if p.Unattached == nil {
+			continue
+		}
+		if _, attached := src.ENI(p.ID); attached {
+			continue // its attach got through after all: settlePending drops the record
+		}
+		u := p.Unattached
+		batch = append(batch, newENI{token: p.Token, kept: u})
+		need -= len(u.IPs) + 16*len(u.ENI.Prefixes)
+	}
 	for need > 0 && len(batch) < max(room, 1) {
 		var n int
 		if w.Cfg.PrefixDelegation {
@@ -139,35 +157,19 @@ type createResult struct {
 // index, sets DeleteOnTermination, sets it up on the node and records it.
 // It runs beside the batch's other creations: src is only read.
 func (w *Warmer) createENI(ctx context.Context, src *section.EC2, shared ec2.CreateNetworkInterfaceInput, n newENI, create createCall) createResult {
-	primary, _ := src.PrimaryENI()
-	in := shared
-	in.ClientToken = aws.String(n.token)
-	if w.Cfg.PrefixDelegation {
-		in.Ipv4PrefixCount = aws.Int32(n.count)
-	} else {
-		in.SecondaryPrivateIpAddressCount = aws.Int32(n.count)
-	}
-	out, err := create(ctx, &in)
-	if err != nil {
-		err = fmt.Errorf("create ENI in %s: %w", aws.ToString(in.SubnetId), err)
-		if refusal(err) {
-			return createResult{errors.Join(err, w.dropPending(ctx, n.token)), true}
-		}
-		return createResult{err: err} // maybe created: the pending record leads a sweep to it
-	}
-	fault.Point("warm:after-create-before-note")
-	e, ips, prefixes, err := w.newENIState(ctx, out.NetworkInterface, src, primary)
-	if e.ID != "" {
-		if perr := w.notePending(ctx, n.token, e.ID); perr != nil {
-			return createResult{err: errors.Join(err, perr)}
-		}
-	}
-	if err != nil {
-		return w.abandon(ctx, n.token, e.ID, err)
+	e, ips, prefixes, failed := w.created(ctx, src, shared, n, create)
+	if failed != nil {
+		return *failed
 	}
 	fault.Point("warm:after-create-before-attach")
 	e.NetworkCard, e.DeviceNumber = n.card, n.device
 	if err := w.attach(ctx, &e, src); err != nil {
+		if isThrottle(err) {
+			// The account's Attach bucket is empty, not this ENI at
+			// fault: keep it for the next pass rather than spend a Delete
+			// now and a Create then.
+			return w.keep(ctx, n.token, e, ips, prefixes, err)
+		}
 		return w.abandon(ctx, n.token, e.ID, err)
 	}
 	// The link is set up before the addresses are recorded: an ADD
@@ -193,6 +195,67 @@ func (w *Warmer) createENI(ctx context.Context, src *section.EC2, shared ec2.Cre
 	return createResult{err: setupErr}
 }
 
+// created is the ENI of n once created: made by the Create call, or the
+// one an earlier pass created and kept unattached. failed is how the
+// creation ended when it did not get that far.
+func (w *Warmer) created(ctx context.Context, src *section.EC2, shared ec2.CreateNetworkInterfaceInput, n newENI, create createCall) (e section.ENI, ips []netip.Addr, prefixes []netip.Prefix, failed *createResult) {
+	if n.kept != nil {
+		e = n.kept.ENI
+		return e, slices.Clone(n.kept.IPs), slices.Clone(e.Prefixes), nil
+	}
+	primary, _ := src.PrimaryENI()
+	in := shared
+	in.ClientToken = aws.String(n.token)
+	if w.Cfg.PrefixDelegation {
+		in.Ipv4PrefixCount = aws.Int32(n.count)
+	} else {
+		in.SecondaryPrivateIpAddressCount = aws.Int32(n.count)
+	}
+	out, err := create(ctx, &in)
+	if err != nil {
+		err = fmt.Errorf("create ENI in %s: %w", aws.ToString(in.SubnetId), err)
+		if refusal(err) {
+			return e, nil, nil, &createResult{errors.Join(err, w.dropPending(ctx, n.token)), true}
+		}
+		return e, nil, nil, &createResult{err: err} // maybe created: the pending record leads a sweep to it
+	}
+	fault.Point("warm:after-create-before-note")
+	e, ips, prefixes, err = w.newENIState(ctx, out.NetworkInterface, src, primary)
+	if e.ID != "" {
+		if perr := w.notePending(ctx, n.token, e.ID); perr != nil {
+			return e, nil, nil, &createResult{err: errors.Join(err, perr)}
+		}
+	}
+	if err != nil {
+		r := w.abandon(ctx, n.token, e.ID, err)
+		return e, nil, nil, &r
+	}
+	return e, ips, prefixes, nil
+}
+
+// keep records an ENI whose attach EC2 throttled in its pending record,
+// for a later pass to attach (planENIs). The store then knows all EC2
+// holds: the creation ends clean, with the throttle for the pass's
+// outcome (the ADDs waiting keep waiting).
+func (w *Warmer) keep(ctx context.Context, token string, e section.ENI, ips []netip.Addr, prefixes []netip.Prefix, cause error) createResult {
+	e.NetworkCard, e.DeviceNumber, e.AttachmentID = 0, 0, ""
+	e.Prefixes = prefixes
+	err := w.update(context.WithoutCancel(ctx), func(_ *alloc.State, src *section.EC2) error {
+		for i := range src.Pending {
+			if src.Pending[i].Token == token {
+				src.Pending[i].ID = e.ID
+				src.Pending[i].Unattached = &section.UnattachedENI{ENI: e, IPs: ips}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return createResult{err: errors.Join(cause, err)}
+	}
+	w.say("kept %s unattached for the next pass: %v", e.ID, cause)
+	return createResult{cause, true}
+}
+
 // setupHost readies the node side of a new ENI (its link, once it appears).
 func (w *Warmer) setupHost(ctx context.Context, e section.ENI) error {
 	if w.Host == nil {
@@ -210,7 +273,9 @@ func (w *Warmer) beginCreates(ctx context.Context, batch []newENI) error {
 	return w.update(ctx, func(_ *alloc.State, src *section.EC2) error {
 		src.Dirty = true
 		for _, n := range batch {
-			src.Pending = append(src.Pending, section.PendingENI{Token: n.token, Since: w.now().UTC()})
+			if n.kept == nil {
+				src.Pending = append(src.Pending, section.PendingENI{Token: n.token, Since: w.now().UTC()})
+			}
 		}
 		return nil
 	})

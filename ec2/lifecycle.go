@@ -23,7 +23,8 @@ import (
 // the Create call (and completed with the ENI's ID once EC2 answers), the
 // ENI is tagged with the instance's ID and its creation time, and each pass
 //   - settles pending records: an ENI attached to this instance has been
-//     learnt by resync; one that is not is deleted;
+//     learnt by resync; one that is not is deleted, unless its attach was
+//     throttled (kept for the fill to attach, for keptFor);
 //   - looks for leaked ENIs (available, tagged with this instance's ID,
 //     older than leakAge) when a pending record has no ID, after an ENI
 //     eni-cni created was detached behind its back, and once per boot,
@@ -41,6 +42,10 @@ const (
 	// cleanupTimeout bounds each cleanup call on its own: a pass that fails
 	// at its deadline must still be able to delete what it created.
 	cleanupTimeout = 30 * time.Second
+	// keptFor is how long an ENI whose attach EC2 throttled is kept for
+	// a later pass to attach: past it, a pool that has not needed it does
+	// not, and it is deleted.
+	keptFor = 30 * time.Minute
 )
 
 // settleENIs runs the lifecycle work above.
@@ -70,7 +75,11 @@ func (w *Warmer) settleENIs(ctx context.Context) error {
 // not finish. Resync ran before (pending records trigger it): if the ENI
 // is attached here it is in the store now; otherwise it is deleted.
 func (w *Warmer) settlePending(ctx context.Context, src *section.EC2, p section.PendingENI) error {
-	if _, attachedHere := src.ENI(p.ID); !attachedHere {
+	_, attachedHere := src.ENI(p.ID)
+	if p.Unattached != nil && !attachedHere && !section.Elapsed(w.now(), p.Since, keptFor) {
+		return nil
+	}
+	if !attachedHere {
 		if err := w.deleteENI(ctx, p.ID); err != nil {
 			return fmt.Errorf("delete %s, created by an unfinished pass: %w", p.ID, err)
 		}
@@ -140,6 +149,9 @@ func (w *Warmer) sweepLeaks(ctx context.Context, v *view) error {
 	var errs []error
 	for _, ni := range leaked {
 		id := aws.ToString(ni.NetworkInterfaceId)
+		if slices.ContainsFunc(src.Pending, func(p section.PendingENI) bool { return p.ID == id && p.Unattached != nil }) {
+			continue // kept for the fill to attach; settlePending deletes it if never needed
+		}
 		// A tag more than leakAge in the future is from before the
 		// clock went back, not from a pass still on its way to attach.
 		if created, ok := createdAt(ni.TagSet); ok && !section.Elapsed(now, created, leakAge) {

@@ -303,3 +303,81 @@ func TestWarmENIBatchThrottleBlip(t *testing.T) {
 	}
 	e.assertStoreIsEC2(t)
 }
+
+// TestWarmENIAttachThrottledKeepsTheENI: EC2 throttles every attach of a
+// batch past its retries. The three ENIs created are kept (pending,
+// unattached), not deleted; the pass after the throttle attaches them
+// without creating others: three Creates and no Delete in all, where
+// deleting and creating again spent a Create and a Delete of the
+// account's buckets per throttled attach (1,695 Creates for 400 ENIs in
+// the 200-node fleet run).
+func TestWarmENIAttachThrottledKeepsTheENI(t *testing.T) {
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge", Latency: scaledLatency()}, section.WarmConfig{WarmIPTarget: 5})
+	e.onDisk(t)
+	e.w.API = NewAPI(e.fake.URL(), "us-east-1", NewMetadataClient(e.fake.URL()), fastRetry)
+	e.demand(t, 58, 25*time.Second)
+	e.fake.Throttle("AttachNetworkInterface", 1000)
+	err := e.w.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "RequestLimitExceeded") {
+		t.Fatalf("pass with Attach throttled: %v", err)
+	}
+	_, _, src := e.counts(t)
+	kept := 0
+	for _, p := range src.Pending {
+		if p.Unattached != nil && p.ID != "" {
+			kept++
+		}
+	}
+	if len(src.ENIs) != 1 || len(src.Pending) != 3 || kept != 3 || src.Dirty {
+		t.Errorf("ENIs %d, pending %+v, dirty %v: want the 3 created ENIs kept unattached", len(src.ENIs), src.Pending, src.Dirty)
+	}
+	if n := len(e.fake.ENIs()); n != 4 || e.fake.Calls()["DeleteNetworkInterface"] != 0 {
+		t.Errorf("EC2 holds %d ENIs after %d deletes, want the 3 created kept", n, e.fake.Calls()["DeleteNetworkInterface"])
+	}
+	if o := src.LastPass; o == nil || o.Result != section.PassThrottled {
+		t.Errorf("outcome %+v, want %s", o, section.PassThrottled)
+	}
+
+	e.fake.ClearFaults()
+	e.now = e.now.Add(10 * time.Second)
+	e.warm(t)
+	c, _, src := e.counts(t)
+	if c.Total != 56 || len(src.ENIs) != 4 || len(src.Pending) != 0 || src.Dirty {
+		t.Errorf("after the throttle: pool %+v on %d ENIs, pending %+v, dirty %v\n%s", c, len(src.ENIs), src.Pending, src.Dirty, e.out)
+	}
+	if got := deviceNumbers(src); !slices.Equal(got, []int{0, 1, 2, 3}) {
+		t.Errorf("device indexes %v, want 0 1 2 3", got)
+	}
+	calls := e.fake.Calls()
+	if calls["CreateNetworkInterface"] != 3 || calls["DeleteNetworkInterface"] != 0 || len(e.fake.ENIs()) != 4 {
+		t.Errorf("calls %v, EC2 holds %d ENIs: want 3 Creates, no Delete, 4 ENIs", calls, len(e.fake.ENIs()))
+	}
+	e.assertStoreIsEC2(t)
+}
+
+// TestWarmKeptENINotNeededIsDeleted: a kept ENI the pool never needs again
+// (its pods gave up) survives the boot's leak sweep, which would take it
+// for a leak, and is deleted keptFor after its creation.
+func TestWarmKeptENINotNeededIsDeleted(t *testing.T) {
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge"}, section.WarmConfig{WarmIPTarget: 5})
+	e.w.API = NewAPI(e.fake.URL(), "us-east-1", NewMetadataClient(e.fake.URL()), fastRetry)
+	e.demand(t, 20, 25*time.Second)
+	e.fake.Throttle("AttachNetworkInterface", 1000)
+	if err := e.w.Run(context.Background()); err == nil {
+		t.Fatal("pass with Attach throttled succeeded")
+	}
+	e.fake.ClearFaults()
+	e.now = e.now.Add(leakAge + time.Minute) // the demand is gone, the ENI older than a leak
+	e.warm(t)
+	_, _, src := e.counts(t)
+	if len(src.Pending) != 1 || len(e.fake.ENIs()) != 2 {
+		t.Fatalf("pending %+v, EC2 holds %d ENIs: want the kept ENI still there\n%s", src.Pending, len(e.fake.ENIs()), e.out)
+	}
+	e.now = e.now.Add(keptFor)
+	e.warm(t)
+	_, _, src = e.counts(t)
+	if len(src.Pending) != 0 || len(e.fake.ENIs()) != 1 || len(src.ENIs) != 1 {
+		t.Errorf("pending %+v, EC2 holds %d ENIs, store %d: want the kept ENI deleted\n%s", src.Pending, len(e.fake.ENIs()), len(src.ENIs), e.out)
+	}
+	e.assertStoreIsEC2(t)
+}

@@ -73,6 +73,10 @@ type Warmer struct {
 	// this node's own window of the hour instead of an hour after the
 	// last and at boot (spread.go); WarmPass sets it.
 	Spread bool
+	// Throttles remembers throttled passes for the next, so the timer's
+	// passes pause after a throttle as the ADDs' do (throttlememo.go);
+	// optional.
+	Throttles ThrottleMemory
 
 	// A pass creates the ENIs a burst needs concurrently (eni.go), so
 	// what the pass shares is guarded. storeMu serializes the pass's own
@@ -185,11 +189,14 @@ func (w *Warmer) Run(ctx context.Context) error {
 // RunWith is one pass given what IMDS said at its start. How the pass
 // ended is recorded for ADDs waiting on a dry pool (outcome.go).
 func (w *Warmer) RunWith(ctx context.Context, inst *section.Instance) error {
+	if paused, err := w.throttlePause(ctx); paused || err != nil {
+		return err
+	}
 	if err := w.markStarted(ctx); err != nil {
 		return err
 	}
 	short, err := w.pass(ctx, inst)
-	err = errors.Join(err, w.recordOutcome(ctx, short, err))
+	err = errors.Join(err, w.recordOutcome(ctx, short, err), w.rememberThrottle(classify(short, err)))
 	w.flushWake()
 	return err
 }

@@ -9,6 +9,7 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -29,25 +30,34 @@ type Options struct {
 	// LaunchSecondaries and LaunchPrefixes are what the launch template
 	// assigns to each node's primary ENI before it boots.
 	LaunchSecondaries, LaunchPrefixes int
-	AddWait                           time.Duration // each ADD's wait (addWaitSeconds), virtual
-	Retry                             time.Duration // kubelet's wait before it retries a failed ADD, virtual
-	Timeout                           time.Duration // give up on the run after this much virtual time
+	// Gate is the readiness gate (readyWhenFilled, a runtime that calls
+	// CNI STATUS): the scheduler sends a node its pods only once its
+	// STATUS says ready. Without it they are sent at boot.
+	Gate    bool
+	AddWait time.Duration // each ADD's wait (addWaitSeconds), virtual
+	Retry   time.Duration // kubelet's wait before it retries a failed ADD, virtual
+	Timeout time.Duration // give up on the run after this much virtual time
 }
 
 // Report is what a scale-up did.
 type Report struct {
-	Opts       Options
-	Last       time.Duration   // until the last pod of the last node had an address
-	NodeDone   []time.Duration // per node, until its last pod had one
-	Calls      map[string]int  // EC2 calls by action, throttled ones included
-	Throttled  map[string]int
-	Bound      time.Duration // what the buckets need for the calls that got through
-	BoundOf    string        // the bucket that sets it
-	Unserved   int           // pods without an address when the run gave up
-	AddFailed  map[string]int
-	PassErrors int
-	Model      string        // set when the report is of a model, not of eni-cni's code
-	Real       time.Duration // the run's wall time
+	Opts      Options
+	Last      time.Duration   // until the last pod of the last node had an address
+	NodeDone  []time.Duration // per node, until its last pod had one
+	Calls     map[string]int  // EC2 calls by action, throttled ones included
+	Throttled map[string]int
+	Bound     time.Duration // what the buckets need for the calls that got through
+	BoundOf   string        // the bucket that sets it
+	Unserved  int           // pods without an address when the run gave up
+	// SentUnready counts the pods the scheduler sent to a node whose pool
+	// could not serve them then (provider.PoolReady); Ready is when each
+	// node was first Ready (with Gate).
+	SentUnready int
+	Ready       []time.Duration
+	AddFailed   map[string]int
+	PassErrors  int
+	Model       string        // set when the report is of a model, not of eni-cni's code
+	Real        time.Duration // the run's wall time
 }
 
 // Mutations counts the calls that changed the account.
@@ -99,6 +109,12 @@ func (o *Options) defaults() {
 	if o.InstanceType == "" {
 		o.InstanceType = "m5.xlarge"
 	}
+	if o.Warm.TrimAfter == 0 {
+		// The config's default (netconf): without it every pass of the
+		// scale-up gave back what its ADDs, their wait run out, had not
+		// yet taken, and assigned it again for their retries.
+		o.Warm.TrimAfter = 5 * time.Minute
+	}
 	if o.Scale <= 0 {
 		o.Scale = 1
 	}
@@ -107,6 +123,9 @@ func (o *Options) defaults() {
 	}
 	if o.Retry == 0 {
 		o.Retry = 10 * time.Second
+	}
+	if o.Gate {
+		o.Warm.ReadyWhenFilled = true
 	}
 	if o.Timeout == 0 {
 		o.Timeout = 30 * time.Minute
@@ -129,31 +148,61 @@ func world(o Options, c *vclock) (*ec2fake.Server, error) {
 }
 
 // Run launches the nodes, gives each its pods at once, and waits until
-// every pod has an address or the time is up.
+// every pod has an address or the time is up: on compressed time
+// (Options.Scale) over loopback TCP, in which the machine's CPU time
+// counts Scale times over.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	o.defaults()
 	c := &vclock{origin: time.Date(2026, 1, 1, 8, 0, 0, 0, time.UTC), scale: o.Scale}
+	return run(ctx, o, c, &loopback{}, false)
+}
+
+// RunVirtual is Run on virtual time: it must be called inside a
+// testing/synctest bubble, whose clock advances only when every node,
+// the world and every pod wait (for EC2's reply times, the buckets'
+// refill, a timer), so the machine's speed enters no figure and a
+// thousand nodes fit on two cores. The nodes reach the world over
+// in-memory connections (pipes). Scale is ignored.
+func RunVirtual(ctx context.Context, o Options) (*Report, error) {
+	o.Scale = 1
+	o.defaults()
+	now := time.Now() // the bubble's
+	c := &vclock{origin: now, start: now, scale: 1}
+	return run(ctx, o, c, newPipes(), true)
+}
+
+func run(ctx context.Context, o Options, c *vclock, netw network, virtual bool) (*Report, error) {
 	fake, err := world(o, c)
 	if err != nil {
 		return nil, err
 	}
-	if err := fake.Start(); err != nil {
+	ec2URL, err := netw.serveEC2(fake)
+	defer netw.close()
+	if err != nil {
 		return nil, err
 	}
-	defer fake.Close()
+	dir, err := os.MkdirTemp("", "eni-cni-fleet-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
 	nodes := make([]*node, o.Nodes)
 	for i := range nodes {
-		if nodes[i], err = launch(fake, o, c, i); err != nil {
+		if nodes[i], err = launch(site{fake, netw, ec2URL, dir}, o, c, i); err != nil {
 			return nil, err
 		}
 	}
 	fake.ResetCalls()
 	fake.SetThrottling(ptr(ec2fake.AccountThrottling())) // full buckets at the start
 	c.start = time.Now()
+	if virtual {
+		c.origin = c.start // the bubble's clock is the virtual one
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.real(o.Timeout))
 	defer cancel()
 	for _, n := range nodes {
-		go n.timer(ctx)
+		n.life = ctx
+		n.passes.Go(func() { n.timer(ctx) })
 	}
 	r := &Report{Opts: o, AddFailed: map[string]int{}}
 	var wg sync.WaitGroup
@@ -162,9 +211,17 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			done, unserved, failed := n.pods(ctx)
+			unready, ok := n.scheduled(ctx)
+			ready := c.now().Sub(c.origin)
+			var done time.Duration
+			unserved, failed := o.PodsPerNode, map[string]int(nil)
+			if ok {
+				done, unserved, failed = n.pods(ctx)
+			}
 			mu.Lock()
 			defer mu.Unlock()
+			r.SentUnready += unready
+			r.Ready = append(r.Ready, ready)
 			r.NodeDone = append(r.NodeDone, done)
 			r.Last = max(r.Last, done)
 			r.Unserved += unserved
@@ -175,6 +232,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	wg.Wait()
 	cancel()
+	for _, n := range nodes {
+		n.passes.Wait()
+	}
 	r.Calls, r.Throttled = fake.Calls(), fake.Throttled()
 	served := map[string]int{}
 	for a, n := range r.Calls {
@@ -192,7 +252,7 @@ func ptr[T any](v T) *T { return &v }
 // Table renders reports side by side.
 func Table(rs []*Report) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-34s %6s %9s %9s %9s %9s %9s %9s %10s %8s %8s\n", "configuration", "nodes", "last pod", "bound", "p50 node", "p99 node", "max node", "mutating", "throttled", "ADD fail", "unserved")
+	fmt.Fprintf(&b, "%-50s %6s %9s %9s %9s %9s %9s %9s %10s %8s %8s %8s\n", "configuration", "nodes", "last pod", "bound", "p50 node", "p99 node", "max node", "mutating", "throttled", "ADD fail", "unserved", "unready")
 	for _, r := range rs {
 		th := 0
 		for _, n := range r.Throttled {
@@ -202,9 +262,13 @@ func Table(rs []*Report) string {
 		for _, n := range r.AddFailed {
 			fails += n
 		}
-		fmt.Fprintf(&b, "%-34s %6d %8.0fs %8.0fs %8.0fs %8.0fs %8.0fs %9d %10d %8d %8d\n", name(r), r.Opts.Nodes,
+		unready := "-"
+		if r.Model == "" {
+			unready = fmt.Sprint(r.SentUnready)
+		}
+		fmt.Fprintf(&b, "%-50s %6d %8.0fs %8.0fs %8.0fs %8.0fs %8.0fs %9d %10d %8d %8d %8s\n", name(r), r.Opts.Nodes,
 			r.Last.Seconds(), r.Bound.Seconds(), r.Percentile(0.5).Seconds(), r.Percentile(0.99).Seconds(), r.Percentile(1).Seconds(),
-			r.Mutations(), th, fails, r.Unserved)
+			r.Mutations(), th, fails, r.Unserved, unready)
 	}
 	for _, r := range rs {
 		fmt.Fprintf(&b, "\n%s: calls (throttled) by action:", name(r))
@@ -215,6 +279,10 @@ func Table(rs []*Report) string {
 		sort.Strings(actions)
 		for _, a := range actions {
 			fmt.Fprintf(&b, " %s %d (%d);", a, r.Calls[a], r.Throttled[a])
+		}
+		if r.Opts.Gate && len(r.Ready) > 0 {
+			rd := Report{NodeDone: r.Ready}
+			fmt.Fprintf(&b, "\n  nodes Ready (STATUS) at p50 %.0fs, p99 %.0fs, max %.0fs", rd.Percentile(0.5).Seconds(), rd.Percentile(0.99).Seconds(), rd.Percentile(1).Seconds())
 		}
 		for why, n := range r.AddFailed {
 			fmt.Fprintf(&b, "\n  %d ADDs failed: %s", n, why)
@@ -235,6 +303,12 @@ func name(r *Report) string {
 	}
 	if o.LaunchSecondaries+o.LaunchPrefixes > 0 {
 		s = fmt.Sprintf("launch template (%d addrs, %d /28)", o.LaunchSecondaries, o.LaunchPrefixes)
+	}
+	if o.Warm.MinimumIPTarget > 0 {
+		s += fmt.Sprintf(", minimumIPTarget %d", o.Warm.MinimumIPTarget)
+	}
+	if o.Gate {
+		s += ", gated"
 	}
 	return s
 }

@@ -1,10 +1,13 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"sync"
 	"time"
@@ -33,11 +36,25 @@ type node struct {
 	busy  sync.Mutex // warm.lock: one pass at a time
 	mu    sync.Mutex
 	errs  int
+	// life is the run's: the passes an ADD starts outlive the ADD (as a
+	// spawned process would), not the run, which waits for them (passes)
+	// before it closes the world.
+	life   context.Context
+	passes sync.WaitGroup
+}
+
+// site is where the nodes run: the world, how they reach it, and a
+// directory for their lock files.
+type site struct {
+	fake   *ec2fake.Server
+	netw   network
+	ec2URL string
+	dir    string
 }
 
 // launch adds the node's instance to the world, with its own IMDS.
-func launch(fake *ec2fake.Server, o Options, c *vclock, i int) (*node, error) {
-	n, err := launchOn(fake, o, c.now, c.real, i)
+func launch(s site, o Options, c *vclock, i int) (*node, error) {
+	n, err := launchOn(s, o, c.now, c.real, i)
 	if n != nil {
 		n.clock = c
 	}
@@ -46,8 +63,8 @@ func launch(fake *ec2fake.Server, o Options, c *vclock, i int) (*node, error) {
 
 // launchOn is launch on any clock: now is virtual time, real how long a
 // virtual duration takes.
-func launchOn(fake *ec2fake.Server, o Options, now func() time.Time, real func(time.Duration) time.Duration, i int) (*node, error) {
-	inst, err := fake.AddInstance(ec2fake.InstanceConfig{ID: fmt.Sprintf("i-%017x", 0x0f1ee7000+i)})
+func launchOn(s site, o Options, now func() time.Time, real func(time.Duration) time.Duration, i int) (*node, error) {
+	inst, err := s.fake.AddInstance(ec2fake.InstanceConfig{ID: fmt.Sprintf("i-%017x", 0x0f1ee7000+i)})
 	if err != nil {
 		return nil, err
 	}
@@ -56,30 +73,34 @@ func launchOn(fake *ec2fake.Server, o Options, now func() time.Time, real func(t
 			return nil, err
 		}
 	}
-	imdsURL, err := inst.StartIMDS("127.0.0.1:0")
+	imdsURL, err := s.netw.serveIMDS(inst)
 	if err != nil {
 		return nil, err
 	}
-	n := &node{o: o}
-	n.mgr = &alloc.Manager{Store: scaledStore{Store: allocfake.NewStore(), real: real}, Pool: alloc.StoredPool{}, BootID: "boot", Cooldown: 30 * time.Second, Now: now}
-	n.cfg = &netconf.Config{Network: "pods", Provider: netconf.EC2, IMDSEndpoint: imdsURL, EC2Endpoint: fake.EC2URL(), AddWait: o.AddWait, Warm: o.Warm}
+	dir := filepath.Join(s.dir, inst.ID())
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, err
+	}
+	n := &node{o: o, life: context.Background()}
+	n.mgr = &alloc.Manager{Store: scaledStore{Store: allocfake.NewStore(), real: real, dir: dir, memo: &decoded{}}, Pool: alloc.StoredPool{}, BootID: "boot", Cooldown: 30 * time.Second, Now: now}
+	n.cfg = &netconf.Config{Network: "pods", Provider: netconf.EC2, StateDir: dir, IMDSEndpoint: imdsURL, EC2Endpoint: s.ec2URL, AddWait: o.AddWait, Warm: o.Warm}
 	// A few connections per node and client: a thousand nodes in one
 	// process would otherwise open one per concurrent request, on both
 	// ends, past the process's file limit.
-	md := ec2pkg.NewMetadataClient(imdsURL, func(io *imds.Options) { io.HTTPClient = fewConns(2) })
+	md := ec2pkg.NewMetadataClient(imdsURL, func(io *imds.Options) { io.HTTPClient = s.netw.client(2) })
 	retry := ec2pkg.Backoff{Base: real(ec2pkg.DefaultBackoff.Base), Cap: real(ec2pkg.DefaultBackoff.Cap)}
-	api := ec2pkg.NewAPI(fake.EC2URL(), "us-east-1", md, func(eo *ec2.Options) {
-		eo.Retryer, eo.HTTPClient = ec2pkg.NewRetryer(retry), fewConns(4)
+	api := ec2pkg.NewAPI(s.ec2URL, "us-east-1", md, func(eo *ec2.Options) {
+		eo.Retryer, eo.HTTPClient = ec2pkg.NewRetryer(retry), s.netw.client(4)
 	})
-	n.w = &ec2pkg.Warmer{Mgr: n.mgr, API: api, MD: md, Host: nopHost{}, Cfg: o.Warm, Out: io.Discard, Now: now, Spread: true}
+	n.w = &ec2pkg.Warmer{Mgr: n.mgr, API: api, MD: md, Host: nopHost{}, Cfg: o.Warm, Out: io.Discard, Now: now, Spread: true, Throttles: &ec2pkg.MemThrottles{}}
 	n.add = provider.EC2{Cfg: n.cfg, Mgr: n.mgr, Full: nodeIMDS{md: md, now: now}, Warm: n, Now: now, Alive: func(int) bool { return true }}
 	return n, nil
 }
 
 // StartWarm is the node's WarmStarter: a pass of its own, skipped when one
 // runs (warm.lock).
-func (n *node) StartWarm(ctx context.Context, _ *netconf.Config, _ bool) (string, error) {
-	go n.pass(context.WithoutCancel(ctx))
+func (n *node) StartWarm(context.Context, *netconf.Config, bool) (string, error) {
+	n.passes.Go(func() { n.pass(n.life) })
 	return "fleet", nil
 }
 
@@ -110,6 +131,34 @@ func (n *node) timer(ctx context.Context) {
 		n.pass(ctx)
 		n.clock.sleep(ctx, 30*time.Second)
 	}
+}
+
+// statusEvery is how often kubelet asks the runtime for its status (and
+// so the runtime CNI STATUS): kubelet's runtime state sync.
+const statusEvery = 5 * time.Second
+
+// scheduled is the scheduler sending the node its pods: at once without
+// the readiness gate (Options.Gate), else once the node is Ready, that is
+// when kubelet's STATUS (the real one, provider.EC2.Ready, acting as it
+// does: starting a pass for a pool not ready) first says the network is
+// ready. unready is how many pods were sent while the node's pool could
+// not serve them (provider.PoolReady at that moment).
+func (n *node) scheduled(ctx context.Context) (unready int, ok bool) {
+	for n.o.Gate {
+		st, _, err := n.mgr.Peek()
+		if err == nil && n.add.Ready(ctx, st, true) == nil {
+			break
+		}
+		n.clock.sleep(ctx, statusEvery)
+		if ctx.Err() != nil {
+			return 0, false
+		}
+	}
+	st, c, err := n.mgr.Peek()
+	if err != nil || provider.PoolReady(st, c, n.o.Warm, n.mgr.BootID) != nil {
+		return n.o.PodsPerNode, true
+	}
+	return 0, true
 }
 
 // pods runs the node's pods' ADDs at once, each retried as kubelet does
@@ -187,7 +236,40 @@ func fewConns(n int) *awshttp.BuildableClient {
 type scaledStore struct {
 	*allocfake.Store
 	real func(time.Duration) time.Duration
+	dir  string
+	memo *decoded
 }
+
+// decoded is the state last decoded from the store's bytes.
+type decoded struct {
+	mu   sync.Mutex
+	data []byte
+	st   *alloc.State
+}
+
+// Load decodes the store's bytes only when they changed since the last
+// Load (as alloc.DiskStore.ReuseDecoded): thirty ADDs looking at an
+// unchanged store again and again were half the run's CPU time.
+func (s scaledStore) Load() (*alloc.State, error) {
+	data := s.Store.Bytes()
+	if len(data) == 0 {
+		return s.Store.Load()
+	}
+	s.memo.mu.Lock()
+	defer s.memo.mu.Unlock()
+	if s.memo.st == nil || !bytes.Equal(s.memo.data, data) {
+		st, err := alloc.DecodeState(data)
+		if err != nil {
+			return nil, err
+		}
+		s.memo.data, s.memo.st = data, st
+	}
+	return s.memo.st.Clone(), nil
+}
+
+// Dir is where the node's ADDs take imds.lock, as a DiskStore's: one ADD
+// at a time reads IMDS on a dry pool.
+func (s scaledStore) Dir() string { return s.dir }
 
 func (s scaledStore) Watch() (alloc.Watcher, error) {
 	w, err := s.Store.Watch()

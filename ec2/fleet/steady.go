@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -96,13 +97,20 @@ func Steady(ctx context.Context, o SteadyOptions) (*SteadyReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := fake.Start(); err != nil {
+	netw := &loopback{}
+	ec2URL, err := netw.serveEC2(fake)
+	defer netw.close()
+	if err != nil {
 		return nil, err
 	}
-	defer fake.Close()
+	dir, err := os.MkdirTemp("", "eni-cni-fleet-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
 	nodes := make([]*node, o.Nodes)
 	for i := range nodes {
-		if nodes[i], err = launchOn(fake, o.Options, c.now, instant, i); err != nil {
+		if nodes[i], err = launchOn(site{fake, netw, ec2URL, dir}, o.Options, c.now, instant, i); err != nil {
 			return nil, err
 		}
 		if err := nodes[i].addressed(ctx, o.PodsPerNode); err != nil {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -40,8 +39,8 @@ const (
 	failFresh = 10 * time.Second
 	// throttledBase and throttledCap bound the pause between a throttled
 	// pass and the next one started for the ADDs waiting on it.
-	throttledBase = 2 * time.Second
-	throttledCap  = 30 * time.Second
+	throttledBase = section.ThrottledBase
+	throttledCap  = section.ThrottledCap
 )
 
 // imdsLockName is held by the one ADD reading IMDS on a dry pool.
@@ -392,38 +391,18 @@ func coolingEndsBy(st *alloc.State, now, t time.Time) bool {
 // per account, its buckets refill within seconds, and a failed ADD comes
 // back from kubelet to start the next pass at once, into the same empty
 // bucket, with every other node doing the same. The ADDs wait out their
-// own time instead, and the next pass for them starts after a pause that
-// doubles with each throttled pass in a row (throttledBase to
-// throttledCap), drawn from its upper half by the instance's ID so that a
-// fleet throttled together comes back spread.
-func throttledPause(sec *section.EC2) time.Duration {
-	return pauseAfter(sec.LastPass, sec.InstanceID)
-}
+// own time instead, and the next pass for them starts after the pause of
+// section.EC2.ThrottledPause.
+func throttledPause(sec *section.EC2) time.Duration { return sec.ThrottledPause() }
+
+func pausing(sec *section.EC2, now time.Time) bool { return sec.Pausing(now) }
 
 // pauseAfter is throttledPause after outcome lp of instance id's pass.
-func pauseAfter(lp *section.PassOutcome, id string) time.Duration {
-	if lp == nil || lp.Result != section.PassThrottled {
-		return 0
-	}
-	d := throttledCap
-	if n := max(lp.Streak, 1); n < 8 {
-		d = min(throttledCap, throttledBase<<(n-1))
-	}
-	h := fnv.New32a()
-	fmt.Fprintf(h, "%s/%d", id, lp.Streak)
-	return d/2 + time.Duration(uint64(h.Sum32())%uint64(d/2+1))
-}
-
-// pausing reports whether the pause after a throttled pass still runs at
-// now. An outcome stamped after now is from before a backward step of the
-// wall clock: no pause.
-func pausing(sec *section.EC2, now time.Time) bool {
-	return pausingAfter(sec.LastPass, sec.InstanceID, now)
-}
+func pauseAfter(lp *section.PassOutcome, id string) time.Duration { return lp.Pause(id) }
 
 // pausingAfter is pausing after outcome lp of instance id's pass.
 func pausingAfter(lp *section.PassOutcome, id string, now time.Time) bool {
-	return lp != nil && !lp.At.After(now) && now.Before(lp.At.Add(pauseAfter(lp, id)))
+	return lp.Pausing(id, now)
 }
 
 // nextLook is when to look again without a wake-up: the end of a cooldown

@@ -1,6 +1,8 @@
 package section
 
 import (
+	"fmt"
+	"hash/fnv"
 	"time"
 	"unicode/utf8"
 )
@@ -72,4 +74,43 @@ func (o *PassOutcome) Describe() string {
 		return what + ": " + TruncateOutcome(o.Message)
 	}
 	return what
+}
+
+// ThrottledBase and ThrottledCap bound the pause after a throttled pass.
+const (
+	ThrottledBase = 2 * time.Second
+	ThrottledCap  = 30 * time.Second
+)
+
+// ThrottledPause is how long no pass calls EC2 after a throttled one, the
+// ADDs' and the timer's alike: EC2 throttles per account, so a throttle
+// says the fleet asks too much, and every node that comes back at once
+// meets the empty bucket again. It doubles with each throttled pass in a
+// row (ThrottledBase to ThrottledCap) and is drawn from its upper half by
+// the instance's ID, so a fleet throttled together comes back spread. 0
+// when the last pass was not throttled.
+func (s *EC2) ThrottledPause() time.Duration { return s.LastPass.Pause(s.InstanceID) }
+
+// Pausing reports whether the pause after a throttled pass still runs at
+// now. An outcome stamped after now is from before a backward step of the
+// wall clock: no pause.
+func (s *EC2) Pausing(now time.Time) bool { return s.LastPass.Pausing(s.InstanceID, now) }
+
+// Pause is ThrottledPause after the pass o of instanceID.
+func (o *PassOutcome) Pause(instanceID string) time.Duration {
+	if o == nil || o.Result != PassThrottled {
+		return 0
+	}
+	d := ThrottledCap
+	if n := max(o.Streak, 1); n < 8 {
+		d = min(ThrottledCap, ThrottledBase<<(n-1))
+	}
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%s/%d", instanceID, o.Streak)
+	return d/2 + time.Duration(uint64(h.Sum32())%uint64(d/2+1))
+}
+
+// Pausing is Pausing after the pass o of instanceID.
+func (o *PassOutcome) Pausing(instanceID string, now time.Time) bool {
+	return o != nil && !o.At.After(now) && now.Before(o.At.Add(o.Pause(instanceID)))
 }

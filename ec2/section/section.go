@@ -203,6 +203,20 @@ type PendingENI struct {
 	Token string    `json:"token"` // the Create call's idempotency token
 	ID    string    `json:"id,omitempty"`
 	Since time.Time `json:"since"`
+	// Unattached is set when the ENI was created but EC2 throttled its
+	// attach past the call's retries: the ENI is kept, with what its
+	// Create reply said, for a later pass to attach instead of deleting it
+	// and creating another (which spends a Create and a Delete of the
+	// account's buckets on each throttled attach).
+	Unattached *UnattachedENI `json:"unattached,omitempty"`
+}
+
+// UnattachedENI is a created ENI waiting for its attach: the ENI as its
+// Create reply described it (no attachment yet) and its secondary
+// addresses; its prefixes are in ENI.Prefixes.
+type UnattachedENI struct {
+	ENI ENI          `json:"eni"`
+	IPs []netip.Addr `json:"ips,omitempty"`
 }
 
 // TombstoneTTL is how long IMDS may keep listing an unassigned address.
@@ -455,6 +469,14 @@ func (s *EC2) Clone() *EC2 {
 	}
 	c.Addrs, c.Tombstones, c.Pending = slices.Clone(s.Addrs), slices.Clone(s.Tombstones), slices.Clone(s.Pending)
 	c.FullSubnets = slices.Clone(s.FullSubnets)
+	for i, p := range c.Pending {
+		if p.Unattached != nil {
+			u := *p.Unattached
+			u.IPs = slices.Clone(u.IPs)
+			u.ENI.VPCCIDRs, u.ENI.SecurityGroups, u.ENI.Prefixes = slices.Clone(u.ENI.VPCCIDRs), slices.Clone(u.ENI.SecurityGroups), slices.Clone(u.ENI.Prefixes)
+			c.Pending[i].Unattached = &u
+		}
+	}
 	if s.Growth != nil {
 		o := *s.Growth
 		c.Growth = &o
