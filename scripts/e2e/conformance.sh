@@ -217,6 +217,12 @@ n_rt_skipped=$(grep -c . <<<"$rt_skipped" || true)
 failed=$(grep -c . <<<"$failed_list" || true)
 ran=$((passed + failed))
 skipped=$(($(wc -l <"$OUT/skipped-by-rule.txt") + n_rt_skipped))
+# Selected specs the report does not name at all (a ginkgo process that
+# died, a report merged short): they neither ran nor were skipped, and
+# would count nowhere.
+missing=$(LC_ALL=C comm -23 <(LC_ALL=C sort "$OUT/selected.txt") \
+	<({ cut -f2 "$OUT/skipped-by-rule.txt"; cut -f2 "$OUT/results.tsv"; } | LC_ALL=C sort -u))
+n_missing=$(grep -c . <<<"$missing" || true)
 
 {
 	echo "Kubernetes $KUBE_VER e2e network tests (focus: $FOCUS) on $NODES schedulable node(s)"
@@ -225,6 +231,10 @@ skipped=$(($(wc -l <"$OUT/skipped-by-rule.txt") + n_rt_skipped))
 		echo "skipped:"
 		cut -f1,2 "$OUT/skipped-by-rule.txt" | sed 's/\t/ -- /; s/^/  /'
 		[ -z "$rt_skipped" ] || awk -F'\t' '{ print "  framework: " $3 " -- " $2 }' <<<"$rt_skipped"
+	fi
+	if [ "$n_missing" -gt 0 ]; then
+		echo "selected but absent from the report (not run):"
+		sed 's/^/  /' <<<"$missing"
 	fi
 	if [ "$failed" -gt 0 ]; then
 		echo "failed:"
@@ -237,6 +247,7 @@ sed 's/^/  /' "$OUT/summary.txt"
 say "reports: $OUT/{summary.txt,report.json,junit.xml,e2e.log}"
 [ "$ran" -gt 0 ] || die "no spec ran"
 [ "$failed" = 0 ] || die "$failed spec(s) failed"
+[ "$n_missing" = 0 ] || die "$n_missing selected spec(s) absent from the report: never run (above)"
 [ "$n_rt_skipped" = 0 ] || die "$n_rt_skipped spec(s) skipped by the framework, not by a named rule (above)"
 [ "$rc" = 0 ] || die "the test binary exited $rc with no failed spec (see $OUT/e2e.log)"
 say "PASS: $passed passed, $skipped skipped, 0 failed"
