@@ -24,7 +24,8 @@
 #                                node's pod (kube-proxy masquerades it out of the pod's ENI)
 #   ...                          (the traffic checks: see the cases below)
 #   selftest-NAME                (CLUSTER_SELFTEST=1) NAME taken away on node 1 makes
-#                                its check fail; warm puts it back, the check passes:
+#                                its check fail with the VPC fabric's drop counter rising;
+#                                warm puts it back, the check passes:
 #                                fwmark-rule (nodeport-from-outside), eni-address
 #                                (nodeport-from-pod), snat-chain (pod-to-internet-snat)
 #   hook                         $E2E_CLUSTER_HOOK, if set, exits 0
@@ -674,17 +675,27 @@ check_src_dst_check_drops_zero() {
 # `eni-cni warm` there must put it back and the check pass again.
 
 # selftest NAME CHECK: the sh script on stdin, run on node 1, takes NAME
-# away; CHECK must fail, then pass once warm has put NAME back.
+# away; CHECK must fail, and for the reason the test is about: the VPC
+# fabric drops what leaves with an address the ENI does not own (the
+# source/destination check, or the internet gateway for an unmapped
+# source), so its drop counter must rise (a check failing for another
+# reason, which warm might also repair, proves nothing); then CHECK must
+# pass once warm has put NAME back.
 selftest() {
-	local name=$1 check=$2 log=$CLUSTER_RUN/logs/selftest-$1.log
+	local name=$1 check=$2 log=$CLUSTER_RUN/logs/selftest-$1.log before after
 	begin "selftest-$name"
+	sleep 1.1 # the describe file is rewritten every second
+	before=$(fabric_drops)
 	on 1 sh -es || fail "could not take $name away"
 	if (NODEPORT_WAIT=0 "check_${check//-/_}") >"$log" 2>&1; then
 		fail "$check passed without $name"
 	fi
+	sleep 1.1
+	after=$(fabric_drops)
+	[ "$after" -gt "$before" ] || fail "$check failed without $name, but the VPC fabric dropped nothing ($before before, $after after): it failed for another reason: $(grep -m1 'FAIL' "$log")"
 	eni 1 warm >>"$log" 2>&1 || fail "eni-cni warm on node 1 failed: $(tail -n 3 "$log")"
 	("check_${check//-/_}") >>"$log" 2>&1 || fail "$check still fails after warm put $name back: $(grep -m1 'FAIL' "$log")"
-	pass "$check fails without $name ($(grep -m1 -o 'FAIL .*' "$log" | cut -c1-160)) and passes once warm put it back"
+	pass "$check fails without $name (the fabric dropped $((after - before)); $(grep -m1 -o 'FAIL .*' "$log" | cut -c1-160)) and passes once warm put it back"
 }
 
 selftests() {
