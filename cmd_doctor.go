@@ -7,17 +7,18 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/eni-cni/eni-cni/cmdline"
 	"github.com/eni-cni/eni-cni/doctor"
 	"github.com/eni-cni/eni-cni/plugin"
 )
 
 func cmdDoctor(args []string, stdout, stderr io.Writer) error {
 	f := newFlags("doctor", stderr)
-	asJSON := f.fs.Bool("json", false, "print the results as JSON")
-	endpoint := f.fs.String("cri-endpoint", "", "CRI socket (default: as gc finds it)")
-	root := f.fs.String("root", "/", "root of the files checked (systemd, udev, NetworkManager, kubelet, cron)")
-	proc := f.fs.String("proc", "/proc", "procfs of the network namespace checked (sysctls) and of the processes (kubelet)")
-	if err := f.parse(args); err != nil {
+	asJSON := f.FS.Bool("json", false, "print the results as JSON")
+	endpoint := f.FS.String("cri-endpoint", "", "CRI socket (default: as gc finds it)")
+	root := f.FS.String("root", "/", "root of the files checked (systemd, udev, NetworkManager, kubelet, cron)")
+	proc := f.FS.String("proc", "/proc", "procfs of the network namespace checked (sysctls) and of the processes (kubelet)")
+	if err := f.Parse(args); err != nil {
 		return err
 	}
 	var results []doctor.Result
@@ -31,7 +32,7 @@ func cmdDoctor(args []string, stdout, stderr io.Writer) error {
 			doctor.Run(context.Background(), doctor.NodeEnv(p.Cfg, p.Mgr.Store, plugin.HostNetwork{Prefix: p.Cfg.VethPrefix}, *root, *proc, *endpoint))...)
 	}
 	if *asJSON {
-		if err := printJSON(stdout, results); err != nil {
+		if err := cmdline.PrintJSON(stdout, results); err != nil {
 			return err
 		}
 	} else {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/eni-cni/eni-cni/cmdline"
 	"github.com/eni-cni/eni-cni/gc"
 	"github.com/eni-cni/eni-cni/gc/cri"
 	"github.com/eni-cni/eni-cni/metrics"
@@ -18,20 +19,20 @@ import (
 
 func cmdGC(args []string, stdout, stderr io.Writer) error {
 	f := newFlags("gc", stderr)
-	endpoint := f.fs.String("cri-endpoint", "", "CRI socket (default: $CONTAINER_RUNTIME_ENDPOINT, /etc/crictl.yaml, then containerd's and CRI-O's)")
-	grace := f.fs.Duration("grace", 0, "keep allocations younger than this, at least 60s (default: gcGraceSeconds of the config, 600s)")
-	dryRun := f.fs.Bool("dry-run", false, "print what would be freed and change nothing")
-	force := f.fs.Bool("force", false, "free old allocations even when the runtime lists no sandbox at all")
-	timeout := f.fs.Duration("timeout", cri.DefaultTimeout, "timeout of each CRI call")
-	asJSON := f.fs.Bool("json", false, "print the outcome as JSON")
-	if err := f.parse(args); err != nil {
+	endpoint := f.FS.String("cri-endpoint", "", "CRI socket (default: $CONTAINER_RUNTIME_ENDPOINT, /etc/crictl.yaml, then containerd's and CRI-O's)")
+	grace := f.FS.Duration("grace", 0, "keep allocations younger than this, at least 60s (default: gcGraceSeconds of the config, 600s)")
+	dryRun := f.FS.Bool("dry-run", false, "print what would be freed and change nothing")
+	force := f.FS.Bool("force", false, "free old allocations even when the runtime lists no sandbox at all")
+	timeout := f.FS.Duration("timeout", cri.DefaultTimeout, "timeout of each CRI call")
+	asJSON := f.FS.Bool("json", false, "print the outcome as JSON")
+	if err := f.Parse(args); err != nil {
 		return err
 	}
 	if *timeout <= 0 {
 		return fmt.Errorf("%w: --timeout must be > 0", errUsage)
 	}
 	graceSet := false
-	f.fs.Visit(func(fl *flag.Flag) { graceSet = graceSet || fl.Name == "grace" })
+	f.FS.Visit(func(fl *flag.Flag) { graceSet = graceSet || fl.Name == "grace" })
 	// The flag may lengthen the config's grace, never shorten it below the
 	// minimum gcGraceSeconds has (netconf: ADD runs before the runtime
 	// lists the sandbox). Tests age the store instead of lowering it.
@@ -60,7 +61,7 @@ func cmdGC(args []string, stdout, stderr io.Writer) error {
 		p.RecordJob(u, stderr)
 	}
 	if *asJSON {
-		if jerr := printJSON(stdout, plugin.GCReportOf(c, err, *dryRun)); jerr != nil {
+		if jerr := cmdline.PrintJSON(stdout, plugin.GCReportOf(c, err, *dryRun)); jerr != nil {
 			return jerr
 		}
 		if err != nil {

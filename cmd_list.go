@@ -4,8 +4,8 @@ import "io"
 
 func cmdList(args []string, stdout, stderr io.Writer) error {
 	f := newFlags("list", stderr)
-	asJSON := f.fs.Bool("json", false, "print JSON")
-	if err := f.parse(args); err != nil {
+	asJSON := f.FS.Bool("json", false, "print JSON")
+	if err := f.Parse(args); err != nil {
 		return err
 	}
 	p, _, err := f.load()

@@ -9,19 +9,20 @@ import (
 	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/cmdline"
 	"github.com/eni-cni/eni-cni/ec2"
 )
 
 func cmdMaxPods(args []string, stdout, stderr io.Writer) error {
 	f := newFlags("max-pods", stderr)
-	instanceType := f.fs.String("instance-type", "", "instance type (default: this node's)")
-	region := f.fs.String("region", "", "region for DescribeInstanceTypes (default: AWS_REGION, the store, else IMDS); with --instance-type and AWS credentials in the environment, IMDS is not read: usable off the node")
-	asJSON := f.fs.Bool("json", false, "print the calculation as JSON")
-	showMax := f.fs.Bool("show-max-allowed", false, "print the most pods the node can hold, without the 110/250 cap")
-	if err := f.parse(args); err != nil {
+	instanceType := f.FS.String("instance-type", "", "instance type (default: this node's)")
+	region := f.FS.String("region", "", "region for DescribeInstanceTypes (default: AWS_REGION, the store, else IMDS); with --instance-type and AWS credentials in the environment, IMDS is not read: usable off the node")
+	asJSON := f.FS.Bool("json", false, "print the calculation as JSON")
+	showMax := f.FS.Bool("show-max-allowed", false, "print the most pods the node can hold, without the 110/250 cap")
+	if err := f.Parse(args); err != nil {
 		return err
 	}
-	cfg, err := ec2.MaxPodsConfig(f.config, f.confDir)
+	cfg, err := ec2.MaxPodsConfig(f.Config, f.ConfDir)
 	if err != nil {
 		return err
 	}
@@ -47,7 +48,7 @@ func cmdMaxPods(args []string, stdout, stderr io.Writer) error {
 	}
 	switch {
 	case *asJSON:
-		return printJSON(stdout, r)
+		return cmdline.PrintJSON(stdout, r)
 	case *showMax:
 		fmt.Fprintln(stdout, r.MaxAllowed)
 	default:

@@ -20,11 +20,11 @@ import (
 // it lives in the full build.
 func cmdRepair(args []string, stdout, stderr io.Writer) error {
 	f := newFlags("repair", stderr)
-	endpoint := f.fs.String("cri-endpoint", "", "CRI socket (default: as for gc)")
-	dryRun := f.fs.Bool("dry-run", false, "print what would be recorded and change nothing")
-	force := f.fs.Bool("force", false, "rebuild even when the runtime's listing matches none of the node's veths, or the file is of a newer version")
-	timeout := f.fs.Duration("timeout", cri.DefaultTimeout, "timeout of each CRI call")
-	if err := f.parse(args); err != nil {
+	endpoint := f.FS.String("cri-endpoint", "", "CRI socket (default: as for gc)")
+	dryRun := f.FS.Bool("dry-run", false, "print what would be recorded and change nothing")
+	force := f.FS.Bool("force", false, "rebuild even when the runtime's listing matches none of the node's veths, or the file is of a newer version")
+	timeout := f.FS.Duration("timeout", cri.DefaultTimeout, "timeout of each CRI call")
+	if err := f.Parse(args); err != nil {
 		return err
 	}
 	if *timeout <= 0 {

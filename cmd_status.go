@@ -4,19 +4,20 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/eni-cni/eni-cni/cmdline"
 	"github.com/eni-cni/eni-cni/plugin"
 )
 
 func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	f := newFlags("status", stderr)
-	asJSON := f.fs.Bool("json", false, "print JSON (also when not ready; the exit code still says)")
-	if err := f.parse(args); err != nil {
+	asJSON := f.FS.Bool("json", false, "print JSON (also when not ready; the exit code still says)")
+	if err := f.Parse(args); err != nil {
 		return err
 	}
 	p, path, err := f.load()
 	r, err := plugin.StatusOf(p, path, err)
 	if *asJSON {
-		if jerr := printJSON(stdout, r); jerr != nil {
+		if jerr := cmdline.PrintJSON(stdout, r); jerr != nil {
 			return jerr
 		}
 		if err != nil {

@@ -9,14 +9,15 @@ import (
 	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/cmdline"
 	"github.com/eni-cni/eni-cni/ec2"
 	"github.com/eni-cni/eni-cni/metrics"
 )
 
 func cmdWarm(args []string, stdout, stderr io.Writer) error {
 	f := newFlags("warm", stderr)
-	asJSON := f.fs.Bool("json", false, "print the outcome as JSON (the actions, the pool, the error)")
-	if err := f.parse(args); err != nil {
+	asJSON := f.FS.Bool("json", false, "print the outcome as JSON (the actions, the pool, the error)")
+	if err := f.Parse(args); err != nil {
 		return err
 	}
 	p, _, err := f.load()
@@ -49,7 +50,7 @@ func cmdWarm(args []string, stdout, stderr io.Writer) error {
 	if _, c, perr := p.Mgr.Peek(); perr == nil {
 		r.Pool = &c
 	}
-	if jerr := printJSON(stdout, r); jerr != nil {
+	if jerr := cmdline.PrintJSON(stdout, r); jerr != nil {
 		return jerr
 	}
 	if err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 
 	"github.com/eni-cni/eni-cni/cmdline"
 	"github.com/eni-cni/eni-cni/delegate"
-	"github.com/eni-cni/eni-cni/netconf"
 	"github.com/eni-cni/eni-cni/plugin"
 )
 
@@ -78,85 +76,28 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
-	if use, ok := fullOnly(cmd); ok {
-		return runFull(cmd, use, rest, stdout, stderr)
+	if to, ok := delegate.For(cmd); ok {
+		return runFull(cmd, to.Use, rest, stdout, stderr)
 	}
 	return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
 }
 
-// fullOnly names the subcommands that link the CRI client, the AWS SDK or
-// D-Bus, with how the lean build (the shipped binary) gets the embedded
-// build that runs them (the ec2 build for those inEC2Build names, else the
-// full build). The full and ec2 builds run them in process (runFull in
-// seam_full.go, seam_ec2.go); the lean build execs them (seam_lean.go).
-func fullOnly(cmd string) (delegate.Use, bool) {
-	switch cmd {
-	case "gc", "warm", "repair", "internal":
-		return delegate.Cached, true
-	case "doctor", "max-pods": // they write nothing
-		return delegate.ReadOnly, true
-	case "install", "uninstall":
-		return delegate.Memory, true
-	}
-	return 0, false
-}
+// commonFlags are a subcommand's flags (cmdline.Flags) and the plugin
+// they configure.
+type commonFlags struct{ *cmdline.Flags }
 
-// inEC2Build names the delegated commands that the embedded ec2 build runs
-// instead of the full one: the EC2 pool's (the AWS SDK, without the CRI
-// client, protobuf and D-Bus, whose start-up every timer-driven warm pass
-// and every IMDS read of a dry-pool ADD would pay).
-func inEC2Build(cmd string) bool {
-	switch cmd {
-	case "warm", "internal", "max-pods":
-		return true
-	}
-	return false
-}
-
-// commonFlags are the flags every config-reading command takes.
-type commonFlags struct {
-	fs      *flag.FlagSet
-	config  string
-	confDir string
-}
-
-func newFlags(name string, stderr io.Writer) *commonFlags {
-	c := &commonFlags{fs: flag.NewFlagSet(name, flag.ContinueOnError)}
-	c.fs.SetOutput(stderr)
-	c.fs.StringVar(&c.config, "config", "", "conflist or plugin config file (default: first eni-cni conflist in --conf-dir)")
-	c.fs.StringVar(&c.confDir, "conf-dir", netconf.DefaultConfDir, "directory searched when --config is not given")
-	return c
-}
-
-func (c *commonFlags) parse(args []string) error { return cmdline.Parse(c.fs, args) }
-
-// loadConfig finds and parses the command's config.
-func (c *commonFlags) loadConfig() (*netconf.Config, string, error) {
-	data, path, err := netconf.Find(c.config, c.confDir)
-	if err != nil {
-		return nil, path, err
-	}
-	cfg, err := netconf.Parse(data)
-	if err != nil {
-		return nil, path, fmt.Errorf("config %s: %w", path, err)
-	}
-	return cfg, path, nil
+func newFlags(name string, stderr io.Writer) commonFlags {
+	return commonFlags{cmdline.NewFlags(name, stderr)}
 }
 
 // load finds, parses and builds the plugin from the command's config.
-func (c *commonFlags) load() (*plugin.Plugin, string, error) {
-	cfg, path, err := c.loadConfig()
+func (c commonFlags) load() (*plugin.Plugin, string, error) {
+	cfg, path, err := c.LoadConfig()
 	if err != nil {
 		return nil, path, err
 	}
 	p, err := plugin.Open(cfg, full())
 	return p, path, err
-}
-
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 // errReported is a failure whose details the command already printed (as

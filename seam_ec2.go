@@ -15,7 +15,7 @@ import (
 
 // The ec2 build is the full build without the commands that need the CRI
 // client or D-Bus (gc, repair, doctor, install, uninstall): what the EC2
-// pool runs on every timer tick and on a dry pool's ADD (inEC2Build). It
+// pool runs on every timer tick and on a dry pool's ADD (delegate.For: EC2). It
 // starts in a few milliseconds less than the full build, which initialises
 // grpc, protobuf and cri-api's descriptors on every exec.
 
@@ -25,7 +25,7 @@ var errNotInEC2Build = errors.New("not in the ec2 build")
 // full reads IMDS in process and runs warm as this binary.
 func full() provider.Full { return ec2.InProcess{} }
 
-// runFull runs a command of inEC2Build in this process.
+// runFull runs a command delegate.For sends to the ec2 build, in this process.
 func runFull(cmd string, _ delegate.Use, args []string, stdout, stderr io.Writer) error {
 	switch cmd {
 	case "warm":

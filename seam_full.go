@@ -14,14 +14,14 @@ import (
 
 // The full build links the CRI client (grpc), the AWS SDK and D-Bus, and
 // runs everything in process. The shipped binary is built with -tags lean
-// and execs an embedded copy of this build for the commands fullOnly names
+// and execs an embedded copy of this build for the commands delegate.For names
 // (seam_lean.go), so that CNI verbs, which run once per pod, do not pay for
 // initialising those libraries on every exec.
 
 // full reads IMDS in process and runs warm as this binary.
 func full() provider.Full { return ec2.InProcess{} }
 
-// runFull runs a command of fullOnly in this process.
+// runFull runs a command delegate.For names in this process.
 func runFull(cmd string, _ delegate.Use, args []string, stdout, stderr io.Writer) error {
 	switch cmd {
 	case "gc":

@@ -41,7 +41,7 @@ var ec2Digest string
 func embedded(cmd string) delegate.Full {
 	ec2B := fullexec.Build{Name: "ec2", Data: ec2Binary, Digest: strings.TrimSpace(ec2Digest)}
 	fullB := fullexec.Build{Name: "full", Data: fullBinary, Digest: strings.TrimSpace(fullDigest)}
-	if inEC2Build(cmd) {
+	if to, _ := delegate.For(cmd); to.EC2 {
 		ec2B.Siblings = []fullexec.Build{fullB}
 		return delegate.Full{Build: ec2B}
 	}

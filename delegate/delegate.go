@@ -40,6 +40,36 @@ const (
 	Memory
 )
 
+// Target is how the lean build (the shipped binary) runs a command it does
+// not link: with which embedded build, got how.
+type Target struct {
+	Use Use
+	// EC2 sends it to the ec2 build (the AWS SDK without the CRI client,
+	// protobuf and D-Bus, whose start-up every timer-driven warm pass and
+	// every IMDS read of a dry-pool ADD would pay), else the full build.
+	EC2 bool
+}
+
+// For names the subcommands that link the CRI client, the AWS SDK or
+// D-Bus, with their Target: the one list of them. The full and ec2 builds
+// run them in process (runFull in seam_full.go, seam_ec2.go); the lean
+// build execs them (seam_lean.go).
+func For(cmd string) (Target, bool) {
+	switch cmd {
+	case "warm", "internal":
+		return Target{Use: Cached, EC2: true}, true
+	case "gc", "repair":
+		return Target{Use: Cached}, true
+	case "max-pods": // it writes nothing
+		return Target{Use: ReadOnly, EC2: true}, true
+	case "doctor":
+		return Target{Use: ReadOnly}, true
+	case "install", "uninstall":
+		return Target{Use: Memory}, true
+	}
+	return Target{}, false
+}
+
 // Full runs the embedded full build.
 type Full struct {
 	Build fullexec.Build
