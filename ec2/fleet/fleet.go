@@ -9,7 +9,6 @@ package fleet
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -176,19 +175,14 @@ func run(ctx context.Context, o Options, c *vclock, netw network, virtual bool) 
 	if err != nil {
 		return nil, err
 	}
-	ec2URL, err := netw.serveEC2(fake)
-	defer netw.close()
+	s, closeSite, err := openSite(fake, netw)
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "eni-cni-fleet-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
+	defer closeSite()
 	nodes := make([]*node, o.Nodes)
 	for i := range nodes {
-		if nodes[i], err = launch(site{fake, netw, ec2URL, dir}, o, c, i); err != nil {
+		if nodes[i], err = launch(s, o, c, i); err != nil {
 			return nil, err
 		}
 	}

@@ -52,6 +52,22 @@ type site struct {
 	dir    string
 }
 
+// openSite serves the world's EC2 API on netw and makes the nodes' parent
+// directory; closeSite undoes both.
+func openSite(fake *ec2fake.Server, netw network) (s site, closeSite func(), err error) {
+	ec2URL, err := netw.serveEC2(fake)
+	if err != nil {
+		netw.close()
+		return site{}, nil, err
+	}
+	dir, err := os.MkdirTemp("", "eni-cni-fleet-")
+	if err != nil {
+		netw.close()
+		return site{}, nil, err
+	}
+	return site{fake, netw, ec2URL, dir}, func() { os.RemoveAll(dir); netw.close() }, nil
+}
+
 // launch adds the node's instance to the world, with its own IMDS.
 func launch(s site, o Options, c *vclock, i int) (*node, error) {
 	n, err := launchOn(s, o, c.now, c.real, i)

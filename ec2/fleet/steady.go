@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -98,19 +97,14 @@ func Steady(ctx context.Context, o SteadyOptions) (*SteadyReport, error) {
 		return nil, err
 	}
 	netw := &loopback{}
-	ec2URL, err := netw.serveEC2(fake)
-	defer netw.close()
+	s, closeSite, err := openSite(fake, netw)
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "eni-cni-fleet-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
+	defer closeSite()
 	nodes := make([]*node, o.Nodes)
 	for i := range nodes {
-		if nodes[i], err = launchOn(site{fake, netw, ec2URL, dir}, o.Options, c.now, instant, i); err != nil {
+		if nodes[i], err = launchOn(s, o.Options, c.now, instant, i); err != nil {
 			return nil, err
 		}
 		if err := nodes[i].addressed(ctx, o.PodsPerNode); err != nil {
