@@ -114,11 +114,11 @@ func stateDirOf(args []string) string {
 	if err != nil {
 		return ""
 	}
-	cfg, err := netconf.Parse(data)
+	stateDir, err := netconf.StateDirOf(data)
 	if err != nil {
 		return ""
 	}
-	return cfg.StateDir
+	return stateDir
 }
 
 // open returns the full build, ready to run.
@@ -135,7 +135,7 @@ func (f Full) open(use Use, stateDir string) (*fullexec.Exe, error) {
 // Exec replaces this process with the full build running the same
 // subcommand, so exit code, stdout and stderr are the full build's own.
 func (f Full) Exec(cmd string, args []string, use Use) error {
-	env := os.Environ()
+	env := oneP(os.Environ())
 	if use == Memory {
 		// The full build installs this file, not itself.
 		if self, serr := os.Executable(); serr == nil {
@@ -152,6 +152,23 @@ func (f Full) Exec(cmd string, args []string, use Use) error {
 	}
 	argv := append([]string{os.Args[0], cmd}, args...)
 	return exe.Exec(argv, env)
+}
+
+// oneP gives a delegated build one P (GOMAXPROCS=1) unless the operator
+// chose GOMAXPROCS. Every delegated command spends its life waiting: on
+// IMDS and the EC2 API, the CRI socket, a lock, iptables. With a P per CPU
+// the Go scheduler wakes and spins idle threads at each of those waits for
+// work there is none of: on 2 CPUs that was about 1.5 ms of a 20 ms
+// settled warm pass, and it grows with the node's CPUs. Waits still
+// overlap with one P (the netpoller does not need one), so nothing that
+// runs in parallel today is serialised.
+func oneP(env []string) []string {
+	for _, e := range env {
+		if strings.HasPrefix(e, "GOMAXPROCS=") {
+			return env
+		}
+	}
+	return append(env[:len(env):len(env)], "GOMAXPROCS=1")
 }
 
 // withSelf names self as the binary to install. An ENI_CNI_SELF already in
@@ -213,7 +230,7 @@ func (f Full) runInternal(ctx context.Context, cfg *netconf.Config, what string,
 
 func internalCmd(ctx context.Context, exe *fullexec.Exe, cfg *netconf.Config, what string, stdout, stderr io.Writer) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, exe.Path(), "internal", what)
-	cmd.Env = netconf.WithoutCNI(os.Environ())
+	cmd.Env = oneP(netconf.WithoutCNI(os.Environ()))
 	cmd.Stdin = bytes.NewReader(cfg.Raw)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	return cmd
@@ -228,7 +245,9 @@ func (f Full) WarmCommand(cfg *netconf.Config, confPath string) (cmd *exec.Cmd, 
 	if err != nil {
 		return nil, nil, err
 	}
-	return exec.Command(exe.Path(), "warm", "--config", confPath), func() { exe.Close() }, nil
+	cmd = exec.Command(exe.Path(), "warm", "--config", confPath)
+	cmd.Env = oneP(os.Environ())
+	return cmd, func() { exe.Close() }, nil
 }
 
 // RefreshIMDS is provider.Full's: `eni-cni internal imds-refresh`.

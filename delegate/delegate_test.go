@@ -57,3 +57,22 @@ func TestInstallNamesItselfNotTheEnvironment(t *testing.T) {
 		t.Errorf("other variables lost: %v", env)
 	}
 }
+
+// TestDelegatedBuildsRunOnOneP: the builds the lean one starts for its
+// timer commands run with one P unless the operator chose GOMAXPROCS, and
+// the caller's environment is not written through.
+func TestDelegatedBuildsRunOnOneP(t *testing.T) {
+	env := make([]string, 2, 8)
+	env[0], env[1] = "PATH=/bin", "HOME=/root"
+	got := oneP(env)
+	if len(got) != 3 || got[2] != "GOMAXPROCS=1" {
+		t.Fatalf("oneP(%q) = %q", env, got)
+	}
+	if extended := env[:3]; extended[2] == "GOMAXPROCS=1" {
+		t.Error("oneP wrote into the caller's backing array")
+	}
+	chosen := []string{"GOMAXPROCS=4", "PATH=/bin"}
+	if got := oneP(chosen); len(got) != 2 || got[0] != "GOMAXPROCS=4" {
+		t.Errorf("the operator's GOMAXPROCS replaced: %q", got)
+	}
+}

@@ -144,7 +144,10 @@ func (n NodeWarm) spawnWarm(cfg *netconf.Config) (string, error) {
 		return "", fmt.Errorf("start eni-cni warm: %w", err)
 	}
 	defer done()
-	cmd.Env = netconf.WithoutCNI(os.Environ())
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	cmd.Env = netconf.WithoutCNI(cmd.Env) // the build's own variables kept
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {

@@ -2,7 +2,10 @@ package provider
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -92,5 +95,51 @@ func TestWarmLogFallsBack(t *testing.T) {
 	defer f.Close()
 	if f.Name() != filepath.Join(dir, warmLogName) {
 		t.Errorf("warm's log with logFile %s is %s; want %s", os.DevNull, f.Name(), filepath.Join(dir, warmLogName))
+	}
+}
+
+// TestSpawnedPassKeepsTheBuildsEnvironment: a pass an ADD starts loses the
+// runtime's CNI_ variables (it is not a CNI call) but keeps what the build
+// set for itself (one P), or inherits the ADD's environment when the build
+// set nothing.
+func TestSpawnedPassKeepsTheBuildsEnvironment(t *testing.T) {
+	t.Setenv("CNI_COMMAND", "ADD")
+	t.Setenv("ENI_CNI_TEST_INHERITED", "yes")
+	for _, c := range []struct {
+		name string
+		env  []string
+		want []string
+	}{
+		{"build's own", []string{"GOMAXPROCS=1", "CNI_COMMAND=ADD", "PATH=/bin"}, []string{"GOMAXPROCS=1", "PATH=/bin"}},
+		{"inherited", nil, []string{"ENI_CNI_TEST_INHERITED=yes"}},
+	} {
+		dir := t.TempDir()
+		envFile := filepath.Join(dir, "env")
+		n := NodeWarm{command: func(*netconf.Config, string) (*exec.Cmd, func(), error) {
+			cmd := exec.Command("/bin/sh", "-c", "env >"+envFile+".tmp && mv "+envFile+".tmp "+envFile)
+			cmd.Env = c.env
+			return cmd, func() {}, nil
+		}}
+		if _, err := n.spawnWarm(&netconf.Config{StateDir: dir, Raw: []byte(`{}`)}); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		var got []byte
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if b, err := os.ReadFile(envFile); err == nil {
+				got = b
+				break
+			}
+		}
+		lines := strings.Split(string(got), "\n")
+		for _, w := range c.want {
+			if !slices.Contains(lines, w) {
+				t.Errorf("%s: %q missing from the pass's environment %q", c.name, w, lines)
+			}
+		}
+		for _, l := range lines {
+			if strings.HasPrefix(l, "CNI_") {
+				t.Errorf("%s: the pass inherited %q", c.name, l)
+			}
+		}
 	}
 }

@@ -13,7 +13,9 @@
 # PODS=N (default 0) settles a c5.4xlarge with N pods' allocations written
 # into the store (addresses of the primary ENI, no veths: what a pass reads
 # and decodes grows with them) and warmIPTarget addresses free beside them.
-# Usage: [PODS=N] scripts/bench/warm-settled.sh BIN [RUNS] [BIN_B]   (root)
+# ENV_B="K=V ..." adds variables to BIN_B's environment (BIN_B may be BIN:
+# the same binary with and without them, e.g. ENV_B=GOMAXPROCS=1).
+# Usage: [PODS=N] [ENV_B=...] scripts/bench/warm-settled.sh BIN [RUNS] [BIN_B]   (root)
 set -euo pipefail
 
 RUNS=${2:-40}
@@ -69,7 +71,9 @@ world() {
 	ip -n "$ns" addr add "$ip/20" dev ens5
 	ip -n "$ns" route add default via 10.98.0.1 dev ens5
 	conf "$dir" "$url" $((PODS + 3))
-	echo "nsenter --net=/var/run/netns/$ns env $(sed -n 's/^export //p' "$dir/ec2.env" | tr '\n' ' ') $bin warm --config $dir/conf.conflist" >"$dir/pass"
+	local extra=""
+	[ "$name" != b ] || extra=${ENV_B:-}
+	echo "nsenter --net=/var/run/netns/$ns env $(sed -n 's/^export //p' "$dir/ec2.env" | tr '\n' ' ') $extra $bin warm --config $dir/conf.conflist" >"$dir/pass"
 	mkdir -p "$WORK/floor"
 	echo "nsenter --net=/var/run/netns/$ns env $(sed -n 's/^export //p' "$dir/ec2.env" | tr '\n' ' ') /bin/true" >"$WORK/floor/pass"
 	for _ in 1 2 3; do $(cat "$dir/pass") >/dev/null; done
