@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"regexp"
+	"strings"
 
 	"github.com/eni-cni/eni-cni/ec2/section"
 )
@@ -15,15 +15,49 @@ type zoneConf struct {
 	SecurityGroupIDs []string `json:"securityGroupIDs"`
 }
 
-var (
-	// EC2 IDs are the prefix and 8 (older) or 17 hexadecimal digits.
-	subnetIDPattern = regexp.MustCompile(`^subnet-([0-9a-f]{8}|[0-9a-f]{17})$`)
-	sgIDPattern     = regexp.MustCompile(`^sg-([0-9a-f]{8}|[0-9a-f]{17})$`)
-	// zonePattern is an availability zone's name as IMDS
-	// placement/availability-zone gives it: us-east-1a, and Local and
-	// Wavelength Zones such as us-west-2-lax-1a.
-	zonePattern = regexp.MustCompile(`^[a-z]{2}(-[a-z0-9]+)+$`)
-)
+// isEC2ID reports whether s is an EC2 ID of the given kind: the kind, a
+// dash, and 8 (older) or 17 lower-case hexadecimal digits. Written out
+// rather than as a regexp, whose compilation at package start every ADD
+// would pay.
+func isEC2ID(s, kind string) bool {
+	digits, ok := strings.CutPrefix(s, kind+"-")
+	if !ok || (len(digits) != 8 && len(digits) != 17) {
+		return false
+	}
+	for _, c := range digits {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// isZoneName reports whether s is an availability zone's name as IMDS
+// placement/availability-zone gives it: two letters, then dash-separated
+// lower-case alphanumeric parts (us-east-1a, and Local and Wavelength
+// Zones such as us-west-2-lax-1a).
+func isZoneName(s string) bool {
+	if len(s) < 2 || !isLower(s[0]) || !isLower(s[1]) {
+		return false
+	}
+	parts := strings.Split(s[2:], "-")
+	if len(parts) < 2 || parts[0] != "" {
+		return false
+	}
+	for _, p := range parts[1:] {
+		if p == "" {
+			return false
+		}
+		for i := 0; i < len(p); i++ {
+			if !isLower(p[i]) && !('0' <= p[i] && p[i] <= '9') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func isLower(c byte) bool { return 'a' <= c && c <= 'z' }
 
 // parseSubnets reads the pods' own subnets: "subnets" (zone -> subnet and
 // security groups) or "subnetDiscovery", each excluding the other and the
@@ -64,18 +98,18 @@ func parseZones(raw json.RawMessage) (map[string]section.ZoneSubnet, error) {
 	}
 	zones := make(map[string]section.ZoneSubnet, len(entries))
 	for zone, e := range entries {
-		if !zonePattern.MatchString(zone) {
+		if !isZoneName(zone) {
 			return nil, fmt.Errorf("%w: subnets key %q is not an availability zone name (such as us-east-1a)", ErrInvalidConfig, zone)
 		}
 		var zc zoneConf
 		if err := decodeZone(e, &zc); err != nil {
 			return nil, fmt.Errorf("%w: subnets[%q]: %v", ErrInvalidConfig, zone, err)
 		}
-		if !subnetIDPattern.MatchString(zc.SubnetID) {
+		if !isEC2ID(zc.SubnetID, "subnet") {
 			return nil, fmt.Errorf("%w: subnets[%q].subnetID %q is not a subnet ID (subnet- and 8 or 17 hexadecimal digits)", ErrInvalidConfig, zone, zc.SubnetID)
 		}
 		for _, sg := range zc.SecurityGroupIDs {
-			if !sgIDPattern.MatchString(sg) {
+			if !isEC2ID(sg, "sg") {
 				return nil, fmt.Errorf("%w: subnets[%q].securityGroupIDs entry %q is not a security group ID (sg- and 8 or 17 hexadecimal digits)", ErrInvalidConfig, zone, sg)
 			}
 		}

@@ -2,6 +2,7 @@ package netconf
 
 import (
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -56,4 +57,28 @@ func TestParseSubnetsInvalid(t *testing.T) {
 			t.Errorf("%s: got %v, want %q", conf, err, want)
 		}
 	}
+}
+
+// FuzzIDsAsTheirPatterns: the written-out checks of EC2 IDs and zone names
+// accept exactly what their patterns do.
+func FuzzIDsAsTheirPatterns(f *testing.F) {
+	ec2ID := map[string]*regexp.Regexp{
+		"subnet": regexp.MustCompile(`^subnet-([0-9a-f]{8}|[0-9a-f]{17})$`),
+		"sg":     regexp.MustCompile(`^sg-([0-9a-f]{8}|[0-9a-f]{17})$`),
+	}
+	zone := regexp.MustCompile(`^[a-z]{2}(-[a-z0-9]+)+$`)
+	for _, s := range []string{"subnet-0123abcd", "subnet-0123456789abcdef0", "sg-0123abcd", "sg-0123ABCD", "subnet-0123abcd\n",
+		"us-east-1a", "us-west-2-lax-1a", "us--east", "us-", "u-s", "us-east-1a-", "us-éast"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		for kind, re := range ec2ID {
+			if isEC2ID(s, kind) != re.MatchString(s) {
+				t.Fatalf("isEC2ID(%q, %s) = %v, pattern says %v", s, kind, isEC2ID(s, kind), re.MatchString(s))
+			}
+		}
+		if isZoneName(s) != zone.MatchString(s) {
+			t.Fatalf("isZoneName(%q) = %v, pattern says %v", s, isZoneName(s), zone.MatchString(s))
+		}
+	})
 }
