@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"net/netip"
 	"testing"
 
@@ -50,5 +51,44 @@ func TestEC2IPv6Pod(t *testing.T) {
 		t.Errorf("%d AssignIpv6Addresses calls, want 1", n)
 	}
 	nw.del(t, p, "")
+	en.assertNoPods(t)
+}
+
+// TestEC2IPv6DryPool: ADDs on a network of IPv6 whose node has no prefix
+// yet wait for the warm pass one of them starts, which delegates the /80
+// with one AssignIpv6Addresses call, and all get distinct addresses of it.
+func TestEC2IPv6DryPool(t *testing.T) {
+	en := newDryNode(t, ec2fake.Config{Subnets: []ec2fake.SubnetConfig{{CIDR: ec2SubnetCIDR, IPv6CIDR: "2600:1f18:abcd:1200::/64"}}})
+	nw := newDryNetwork(t, en, nil)
+	nw.setConf(t, func(c map[string]any) { c["ipFamilies"] = []string{"ipv6"} })
+	pods := newPods(t, 6)
+	outs := nw.addAll(t, pods)
+	nw.waitWarmIdle(t)
+	e, _ := en.fake.ENI(en.fake.PrimaryENI().ID)
+	if len(e.IPv6Prefixes) != 1 {
+		t.Fatalf("primary ENI IPv6 prefixes %v, want one", e.IPv6Prefixes)
+	}
+	prefix := netip.MustParsePrefix(e.IPv6Prefixes[0])
+	seen := map[netip.Addr]bool{}
+	for i, o := range outs {
+		var res struct {
+			IPs []struct{ Address string } `json:"ips"`
+		}
+		if o.exit != 0 || json.Unmarshal(o.stdout, &res) != nil || len(res.IPs) != 1 {
+			t.Errorf("ADD %s: %s", pods[i].name, o)
+			continue
+		}
+		ip := netip.MustParsePrefix(res.IPs[0].Address).Addr()
+		if !prefix.Contains(ip) || seen[ip] {
+			t.Errorf("ADD %s got %s: want a distinct address of %s", pods[i].name, ip, prefix)
+		}
+		seen[ip] = true
+	}
+	if calls := en.fake.Calls(); calls["AssignIpv6Addresses"] != 1 || calls["AssignPrivateIpAddresses"]+calls["CreateNetworkInterface"] != 0 {
+		t.Errorf("EC2 calls %s, want one AssignIpv6Addresses and no IPv4", formatCalls(calls))
+	}
+	for _, p := range pods {
+		nw.del(t, p, p.path())
+	}
 	en.assertNoPods(t)
 }
