@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	ec2sdk "github.com/aws/aws-sdk-go-v2/service/ec2"
+
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
 	"github.com/eni-cni/eni-cni/ec2/section"
@@ -21,7 +24,7 @@ func newEnv6(t *testing.T, block string) *env {
 	t.Helper()
 	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large", Subnets: []ec2fake.SubnetConfig{{CIDR: "10.0.0.0/20", IPv6CIDR: block}}},
 		section.WarmConfig{WarmIPTarget: 5, IPv6: true, ReadyWhenFilled: true})
-	e.mgr.Families = []alloc.Family{alloc.IPv6}
+	e.mgr.Families, e.mgr.Pool = []alloc.Family{alloc.IPv6}, alloc.StoredPool{IPv6: true}
 	return e
 }
 
@@ -124,5 +127,28 @@ func TestWarmIPv6PrefixGone(t *testing.T) {
 	}
 	if n := e.fake.Calls()["AssignIpv6Addresses"]; n != 2 {
 		t.Errorf("%d AssignIpv6Addresses calls, want 2", n)
+	}
+}
+
+// A node of IPv4 whose primary ENI someone gave an IPv6 /80: the store
+// does not take it in and the pool stays the IPv4 addresses, so neither
+// counts nor trim nor an ADD ever see it.
+func TestWarmIPv4IgnoresIPv6Prefix(t *testing.T) {
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.large", Subnets: []ec2fake.SubnetConfig{{CIDR: "10.0.0.0/20", IPv6CIDR: subnet6}}},
+		section.WarmConfig{WarmIPTarget: 5})
+	primary := e.fake.PrimaryENI()
+	api := e.w.API
+	if _, err := api.AssignIpv6Addresses(context.Background(), &ec2sdk.AssignIpv6AddressesInput{NetworkInterfaceId: &primary.ID, Ipv6PrefixCount: aws.Int32(1)}); err != nil {
+		t.Fatal(err)
+	}
+	e.warm(t)
+	c, _, src := e.counts(t)
+	if src.HasIPv6() || c.Total != 5 || c.Free != 5 {
+		t.Errorf("IPv6 in the store %v, counts %+v: want the 5 IPv4 addresses only", src.HasIPv6(), c)
+	}
+	for _, a := range e.addPods(t, 5) {
+		if !a.IP.Is4() {
+			t.Errorf("pod got %s", a.IP)
+		}
 	}
 }

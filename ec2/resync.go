@@ -61,6 +61,14 @@ func (w *Warmer) resync(ctx context.Context, why string, d section.Drift) error 
 	fault.Point("warm:resync-after-describe")
 	var report resyncReport
 	err = w.update(ctx, func(st *alloc.State, src *section.EC2) error {
+		if !w.Cfg.IPv6 {
+			// A prefix someone delegated to an ENI of a node of IPv4 is
+			// not this network's pool: the store never records one.
+			for id, a := range truth {
+				a.prefixes6 = nil
+				truth[id] = a
+			}
+		}
 		report = applyTruth(st, src, truth, w.now())
 		if report.reclaim {
 			// An ENI eni-cni created was detached: once it has sat

@@ -401,6 +401,7 @@ func (c *Config) ec2Families() error {
 		return fmt.Errorf("%w: ipFamilies [\"ipv6\"] with subnets or subnetDiscovery: IPv6 pods get addresses of the primary ENI's prefix, never of ENIs in subnets of their own", ErrInvalidConfig)
 	}
 	c.Warm.IPv6 = true
+	c.Pool = alloc.StoredPool{Exclude: c.Warm.ExcludeIPs, IPv6: true}
 	return nil
 }
 

@@ -77,8 +77,8 @@ func TestIPFamiliesIPv6OnEC2(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !c.Warm.IPv6 || len(c.Families) != 1 || c.Families[0] != alloc.IPv6 {
-		t.Errorf("warm IPv6 %v, families %v", c.Warm.IPv6, c.Families)
+	if !c.Warm.IPv6 || len(c.Families) != 1 || c.Families[0] != alloc.IPv6 || !c.Pool.(alloc.StoredPool).IPv6 {
+		t.Errorf("warm IPv6 %v, families %v, pool %+v", c.Warm.IPv6, c.Families, c.Pool)
 	}
 }
 

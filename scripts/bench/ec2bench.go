@@ -265,7 +265,7 @@ func (b *bench) ec2IPv6(ctx context.Context) error {
 		return err
 	}
 	defer e.fake.Close()
-	e.mgr.Families = []alloc.Family{alloc.IPv6}
+	e.mgr.Families, e.mgr.Pool = []alloc.Family{alloc.IPv6}, alloc.StoredPool{IPv6: true}
 	t0 := time.Now()
 	got, err := e.fillTo(ctx, 250)
 	if err != nil {
