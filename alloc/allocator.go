@@ -539,6 +539,8 @@ func (m *Manager) familyCounts(st *State, f Family) Counts {
 	total := 0
 	if s, ok := m.Pool.(interface{ FamilySize(Family) int }); ok {
 		total = s.FamilySize(f)
+	} else if s, ok := m.Pool.(interface{ FamilySizeIn(*State, Family) int }); ok {
+		total = s.FamilySizeIn(st, f)
 	} else {
 		for range addrsOf(m.Pool, st, f) {
 			total++

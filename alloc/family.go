@@ -100,9 +100,10 @@ func addrsOf(p Pool, st *State, f Family) iter.Seq2[netip.Addr, string] {
 }
 
 // needsV3 reports whether st holds an IPv6 address anywhere, which only a
-// version-3 reader knows (SchemaVersionIPv6).
+// version-3 reader knows (SchemaVersionIPv6): an EC2 section's IPv6
+// prefix too, which a version-2 reader would drop on its next save.
 func (s *State) needsV3() bool {
-	if s.LastIP6.IsValid() || (s.LastIP.IsValid() && !s.LastIP.Is4()) {
+	if s.LastIP6.IsValid() || (s.LastIP.IsValid() && !s.LastIP.Is4()) || s.EC2.HasIPv6() {
 		return true
 	}
 	for _, a := range s.Allocations {

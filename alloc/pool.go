@@ -296,20 +296,65 @@ type StoredPool struct {
 	// CreatedOnly: pods live in subnets of their own, on ENIs eni-cni
 	// created there; the primary ENI's addresses are never theirs.
 	CreatedOnly bool
+	// IPv6: the network's pods get IPv6 addresses of the section's /80
+	// prefixes. Without it the pool has none of them, whatever the
+	// section holds.
+	IPv6 bool
 }
 
 func (p StoredPool) Addrs(st *State) iter.Seq2[netip.Addr, string] {
-	return st.EC2.UsableFor(p.Exclude, p.CreatedOnly)
+	if !p.IPv6 {
+		return st.EC2.UsableFor(p.Exclude, p.CreatedOnly)
+	}
+	return func(yield func(netip.Addr, string) bool) {
+		for ip, eni := range st.EC2.UsableFor(p.Exclude, p.CreatedOnly) {
+			if !yield(ip, eni) {
+				return
+			}
+		}
+		for ip, eni := range st.EC2.IPv6Usable(p.CreatedOnly) {
+			if !yield(ip, eni) {
+				return
+			}
+		}
+	}
 }
 
 func (p StoredPool) Contains(st *State, ip netip.Addr) bool {
+	if ip.Is6() {
+		return p.IPv6 && st.EC2.IsUsable6(ip, p.CreatedOnly)
+	}
 	return st.EC2.IsUsableFor(ip, p.Exclude, p.CreatedOnly)
 }
 
 func (p StoredPool) Size(st *State) int {
+	return addSat(p.size4(st), p.FamilySizeIn(st, IPv6))
+}
+
+func (p StoredPool) size4(st *State) int {
 	n := 0
 	for range st.EC2.UsableFor(p.Exclude, p.CreatedOnly) {
 		n++
 	}
 	return n
+}
+
+// FamilySizeIn is Size of family f: the IPv6 prefixes are counted, not
+// walked.
+func (p StoredPool) FamilySizeIn(st *State, f Family) int {
+	if f == IPv6 {
+		if !p.IPv6 {
+			return 0
+		}
+		return st.EC2.IPv6Size(p.CreatedOnly)
+	}
+	return p.size4(st)
+}
+
+// AddrsAfter walks the IPv6 prefixes from a (see seeker).
+func (p StoredPool) AddrsAfter(st *State, a netip.Addr) iter.Seq2[netip.Addr, string] {
+	if !p.IPv6 {
+		return func(func(netip.Addr, string) bool) {}
+	}
+	return st.EC2.IPv6After(a, p.CreatedOnly)
 }

@@ -31,6 +31,9 @@ type EC2API interface {
 // instanceInfo is what IMDS told about the node.
 type instanceInfo struct {
 	ID, Type, Region, Subnet string
+	// SubnetIPv6 are the primary ENI's subnet's IPv6 blocks, read for a
+	// network of IPv6 only.
+	SubnetIPv6 []string
 }
 
 const defaultIMDS = "http://169.254.169.254"
@@ -119,6 +122,11 @@ func checkIMDS(ctx context.Context, e *Env) (Result, *instanceInfo) {
 	}
 	if mac, err := get("mac"); err == nil {
 		info.Subnet, _ = get("network/interfaces/macs/" + mac + "/subnet-id")
+		if e.Warm.IPv6 {
+			// Absent (404) when the subnet has none.
+			blocks, _ := get("network/interfaces/macs/" + mac + "/subnet-ipv6-cidr-blocks")
+			info.SubnetIPv6 = strings.Fields(blocks)
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fail(name, "", "IMDSv2 token granted, but reading the instance failed: %v", err), nil
@@ -272,7 +280,14 @@ func checkPermissions(ctx context.Context, e *Env, src *section.EC2, info *insta
 		return fail(name, "", "EC2 client: %v", err)
 	}
 	var deniedActions, unknownActions []string
-	for _, p := range probes(inst, subnet) {
+	ps := probes(inst, subnet)
+	if e.Warm.IPv6 {
+		ps = append(ps, probe{"AssignIpv6Addresses", func(ctx context.Context, api EC2API) error {
+			_, err := api.AssignIpv6Addresses(ctx, &ec2.AssignIpv6AddressesInput{NetworkInterfaceId: aws.String(probeENI), Ipv6PrefixCount: aws.Int32(1)})
+			return err
+		}})
+	}
+	for _, p := range ps {
 		pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		v, why := judge(p.call(pctx, api))
 		cancel()
@@ -292,5 +307,5 @@ func checkPermissions(ctx context.Context, e *Env, src *section.EC2, info *insta
 		return warn(name, "check the credentials and that EC2 is reachable (ec2Endpoint, proxy, VPC endpoint)",
 			"could not tell: %s", strings.Join(unknownActions, "; "))
 	}
-	return ok(name, "all 10 EC2 actions eni-cni uses are allowed (DryRun, or a probe on a nonexistent ENI for Assign/Unassign)")
+	return ok(name, "all %d EC2 actions eni-cni uses are allowed (DryRun, or a probe on a nonexistent ENI for Assign/Unassign)", len(ps))
 }

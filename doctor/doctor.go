@@ -120,6 +120,7 @@ func Run(ctx context.Context, e *Env) []Result {
 	imds, info := checkIMDS(ctx, e)
 	out = append(out, imds)
 	out = append(out, checkPermissions(ctx, e, src, info))
+	out = append(out, checkIPv6(ctx, e, info))
 	out = append(out, checkNetworkd(e, src)...)
 	out = append(out, checkEC2NetUtils(e))
 	out = append(out, checkNetworkManager(e, src)...)

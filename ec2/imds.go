@@ -147,6 +147,13 @@ func discoverENI(ctx context.Context, md Metadata, mac string, known *section.EN
 	ips := r.optionalList(ctx, base+"local-ipv4s")
 	prefixes := r.optionalList(ctx, base+"ipv4-prefix")
 	e.SecurityGroups = r.optionalList(ctx, base+"security-group-ids")
+	// An ENI's IPv6 prefixes are read only where the store has some to
+	// check for drift: an IPv4 node's pass reads no more paths than it
+	// did, and warm records the prefix it asks for from EC2's reply.
+	var prefixes6 []string
+	if e.IPv6Read = known != nil && len(known.IPv6Prefixes) > 0; e.IPv6Read {
+		prefixes6 = r.optionalList(ctx, base+"ipv6-prefix")
+	}
 	if r.err != nil {
 		return e, r.err
 	}
@@ -190,7 +197,33 @@ func discoverENI(ctx context.Context, md Metadata, mac string, known *section.EN
 		}
 		e.Prefixes = append(e.Prefixes, p.Masked())
 	}
+	for _, v := range prefixes6 {
+		p, err := netip.ParsePrefix(v)
+		if err != nil || !p.Addr().Is6() || p.Addr().Is4In6() {
+			return e, fmt.Errorf("%w: %s ipv6-prefix entry %q", ErrIMDS, mac, v)
+		}
+		e.IPv6Prefixes = append(e.IPv6Prefixes, p.Masked())
+	}
 	return e, nil
+}
+
+// SubnetIPv6 reads the IPv6 blocks of the subnet of the ENI with mac
+// (subnet-ipv6-cidr-blocks; none when IMDS leaves the path out).
+func SubnetIPv6(ctx context.Context, md Metadata, mac string) ([]netip.Prefix, error) {
+	r := reader{md: md}
+	blocks := r.optionalList(ctx, "network/interfaces/macs/"+mac+"/subnet-ipv6-cidr-blocks")
+	if r.err != nil {
+		return nil, r.err
+	}
+	var out []netip.Prefix
+	for _, v := range blocks {
+		p, err := netip.ParsePrefix(v)
+		if err != nil || !p.Addr().Is6() {
+			return nil, fmt.Errorf("%w: %s subnet-ipv6-cidr-blocks entry %q", ErrIMDS, mac, v)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 // reader collects the first error of a series of IMDS reads.

@@ -22,11 +22,14 @@ type MaxPodsReport struct {
 	// CustomSubnets: pods live in subnets of their own and never get the
 	// primary ENI's addresses, so it counts for none (the VPC CNI's
 	// formula with custom networking).
-	CustomSubnets bool   `json:"customSubnets,omitempty"`
-	PodAddresses  int    `json:"podAddresses"`
-	MaxAllowed    int    `json:"maxAllowed"` // addresses + 2 host-network pods
-	MaxPods       int    `json:"maxPods"`    // the recommendation: MaxAllowed capped at 110/250
-	LimitsFrom    string `json:"limitsFrom"` // "store" or "ec2"
+	CustomSubnets bool `json:"customSubnets,omitempty"`
+	// IPv6: pods get addresses of a /80 (ipFamilies ["ipv6"]); counted as
+	// prefix delegation is.
+	IPv6         bool   `json:"ipv6,omitempty"`
+	PodAddresses int    `json:"podAddresses"`
+	MaxAllowed   int    `json:"maxAllowed"` // addresses + 2 host-network pods
+	MaxPods      int    `json:"maxPods"`    // the recommendation: MaxAllowed capped at 110/250
+	LimitsFrom   string `json:"limitsFrom"` // "store" or "ec2"
 }
 
 // MaxPodsDeps are where max-pods gets what it does not know: the store's
@@ -42,7 +45,7 @@ type MaxPodsDeps struct {
 // This node's type uses the limits the store cached (warm fetched them)
 // when they include the vCPU count, so it makes no EC2 call.
 func MaxPodsFor(ctx context.Context, d MaxPodsDeps, w section.WarmConfig, instanceType string) (MaxPodsReport, error) {
-	r := MaxPodsReport{InstanceType: instanceType, PrefixDelegation: w.PrefixDelegation, ConfigMaxENIs: w.MaxENIs, CustomSubnets: w.CustomSubnets()}
+	r := MaxPodsReport{InstanceType: instanceType, PrefixDelegation: w.PrefixDelegation, ConfigMaxENIs: w.MaxENIs, CustomSubnets: w.CustomSubnets(), IPv6: w.IPv6}
 	var src *section.EC2
 	if d.Store != nil {
 		st, err := d.Store.Load()

@@ -31,6 +31,8 @@ type attached struct {
 	state    section.ENI
 	ips      []netip.Addr // secondary addresses
 	prefixes []netip.Prefix
+	// prefixes6 are its delegated IPv6 prefixes (learn6 records them).
+	prefixes6 []netip.Prefix
 }
 
 // resync makes the store agree with EC2, whose DescribeNetworkInterfaces
@@ -59,6 +61,14 @@ func (w *Warmer) resync(ctx context.Context, why string, d section.Drift) error 
 	fault.Point("warm:resync-after-describe")
 	var report resyncReport
 	err = w.update(ctx, func(st *alloc.State, src *section.EC2) error {
+		if !w.Cfg.IPv6 {
+			// A prefix someone delegated to an ENI of a node of IPv4 is
+			// not this network's pool: the store never records one.
+			for id, a := range truth {
+				a.prefixes6 = nil
+				truth[id] = a
+			}
+		}
 		report = applyTruth(st, src, truth, w.now())
 		if report.reclaim {
 			// An ENI eni-cni created was detached: once it has sat
@@ -83,6 +93,12 @@ func (w *Warmer) resync(ctx context.Context, why string, d section.Drift) error 
 	}
 	for _, l := range report.lost {
 		w.warn("%s (%s) is no longer assigned to this instance by EC2 (IMDS lacks it too): flagged lost in `eni-cni list`, never handed out again", l.IP, l.who)
+	}
+	for _, p := range report.gone6 {
+		w.warn("IPv6 prefix %s is no longer delegated to this instance by EC2: it left the pool with its free addresses", p)
+	}
+	for _, l := range report.lost6 {
+		w.warn("%s (%s) is of an IPv6 prefix EC2 no longer delegates: outside the pool in `eni-cni list`, never handed out again", l.IP, l.who)
 	}
 	return nil
 }
@@ -160,6 +176,13 @@ func (w *Warmer) attachedFrom(ctx context.Context, ni *types.NetworkInterface, s
 		}
 		a.prefixes = append(a.prefixes, pfx.Masked())
 	}
+	for _, p := range ni.Ipv6Prefixes {
+		pfx, err := netip.ParsePrefix(aws.ToString(p.Ipv6Prefix))
+		if err != nil || !pfx.Addr().Is6() {
+			return attached{}, fmt.Errorf("describe %s: bad IPv6 prefix %q", e.ID, aws.ToString(p.Ipv6Prefix))
+		}
+		a.prefixes6 = append(a.prefixes6, pfx.Masked())
+	}
 	e.Secondary, e.Prefixes = len(a.ips), a.prefixes
 	a.state = e
 	return a, nil
@@ -175,15 +198,23 @@ type resyncReport struct {
 	detached                      []string
 	reclaim                       bool       // a detached ENI was one eni-cni created
 	lost                          []lostAddr // allocated, but EC2 no longer assigns them
+	// prefixes6 learnt from EC2; gone6 those EC2 no longer delegates (each
+	// with the pods that keep addresses of it, lost6).
+	prefixes6 int
+	gone6     []netip.Prefix
+	lost6     []lostAddr
 }
 
 func (r resyncReport) changed() bool {
-	return r.enis+r.added+r.settled+r.dropped+len(r.detached)+len(r.lost) > 0
+	return r.enis+r.added+r.settled+r.dropped+len(r.detached)+len(r.lost)+r.prefixes6+len(r.gone6) > 0
 }
 
 func (r resyncReport) String() string {
 	s := fmt.Sprintf("%d ENIs learnt, %d detached, %d addresses added, %d unusable settled, %d dropped, %d lost",
 		r.enis, len(r.detached), r.added, r.settled, r.dropped, len(r.lost))
+	if r.prefixes6+len(r.gone6) > 0 {
+		s += fmt.Sprintf(", %d IPv6 prefixes added, %d gone", r.prefixes6, len(r.gone6))
+	}
 	return s
 }
 
@@ -200,6 +231,7 @@ func (r resyncReport) String() string {
 func applyTruth(st *alloc.State, src *section.EC2, truth map[string]attached, now time.Time) resyncReport {
 	var r resyncReport
 	assigned := learnENIs(src, truth, &r)
+	learn6(st, src, truth, now, &r)
 	who := map[netip.Addr]string{}
 	for _, a := range st.Allocations {
 		who[a.IP] = fmt.Sprintf("pod %s/%s, container %.12s", a.PodNamespace, a.PodName, a.ContainerID)
@@ -243,6 +275,38 @@ func applyTruth(st *alloc.State, src *section.EC2, truth map[string]attached, no
 	}
 	src.SortAddrs()
 	return r
+}
+
+// learn6 makes each ENI's IPv6 prefixes those EC2 delegates: a prefix EC2
+// lists and the store lacks joins the pool, one it no longer lists leaves
+// it (its free addresses with it). Pods holding addresses of a prefix
+// gone keep them, outside the pool (never handed out again), and are
+// reported. learnENIs has made the ENIs EC2's.
+func learn6(st *alloc.State, src *section.EC2, truth map[string]attached, now time.Time, r *resyncReport) {
+	for i := range src.ENIs {
+		e := &src.ENIs[i]
+		a := truth[e.ID]
+		kept := e.IPv6Prefixes[:0]
+		for _, p := range e.IPv6Prefixes {
+			if slices.Contains(a.prefixes6, p.Prefix) {
+				kept = append(kept, p)
+				continue
+			}
+			r.gone6 = append(r.gone6, p.Prefix)
+			for _, al := range st.Allocations {
+				for _, ip := range al.Addrs() {
+					if p.Prefix.Contains(ip) {
+						r.lost6 = append(r.lost6, lostAddr{ip, fmt.Sprintf("pod %s/%s, container %.12s", al.PodNamespace, al.PodName, al.ContainerID)})
+					}
+				}
+			}
+		}
+		e.IPv6Prefixes = slices.Clip(kept)
+		if len(e.IPv6Prefixes) == 0 {
+			e.IPv6Prefixes = nil
+		}
+		r.prefixes6 += src.AddIPv6Prefixes(e.ID, e.FoundOrigin(), a.prefixes6, now)
+	}
 }
 
 // learnENIs makes the section's ENIs those EC2 lists as attached, with

@@ -27,6 +27,11 @@ type giveBack struct {
 // marked unusable and saved before the unassign call, so no ADD can take
 // one while EC2 is taking it away.
 func (w *Warmer) trim(ctx context.Context) error {
+	if w.Cfg.IPv6 {
+		// The /80 is the pool for the node's life (fill6); no IPv4
+		// address is assigned for pods to give back.
+		return nil
+	}
 	var batches []giveBack
 	err := w.update(ctx, func(st *alloc.State, src *section.EC2) error {
 		c := w.Mgr.Counts(st)

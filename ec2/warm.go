@@ -31,6 +31,7 @@ type API interface {
 	DescribeSubnets(context.Context, *ec2.DescribeSubnetsInput, ...func(*ec2.Options)) (*ec2.DescribeSubnetsOutput, error)
 	DescribeNetworkInterfaces(context.Context, *ec2.DescribeNetworkInterfacesInput, ...func(*ec2.Options)) (*ec2.DescribeNetworkInterfacesOutput, error)
 	AssignPrivateIpAddresses(context.Context, *ec2.AssignPrivateIpAddressesInput, ...func(*ec2.Options)) (*ec2.AssignPrivateIpAddressesOutput, error)
+	AssignIpv6Addresses(context.Context, *ec2.AssignIpv6AddressesInput, ...func(*ec2.Options)) (*ec2.AssignIpv6AddressesOutput, error)
 	UnassignPrivateIpAddresses(context.Context, *ec2.UnassignPrivateIpAddressesInput, ...func(*ec2.Options)) (*ec2.UnassignPrivateIpAddressesOutput, error)
 	CreateNetworkInterface(context.Context, *ec2.CreateNetworkInterfaceInput, ...func(*ec2.Options)) (*ec2.CreateNetworkInterfaceOutput, error)
 	AttachNetworkInterface(context.Context, *ec2.AttachNetworkInterfaceInput, ...func(*ec2.Options)) (*ec2.AttachNetworkInterfaceOutput, error)
@@ -356,6 +357,9 @@ func (w *Warmer) need(v *view) int {
 // full (short). With custom subnets a subnet that runs full is remembered
 // and the fill goes on in the zone's next pod subnet (subnets.go).
 func (w *Warmer) fill(ctx context.Context) (short bool, err error) {
+	if w.Cfg.IPv6 {
+		return w.fill6(ctx)
+	}
 	custom := w.Cfg.CustomSubnets()
 	for range 32 { // each round adds addresses or an ENI; bounded for safety
 		v, err := w.snapshot(ctx)

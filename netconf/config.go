@@ -398,16 +398,36 @@ func (c *Config) parsePool() error {
 		c.Pool = ranges
 		return nil
 	case EC2:
-		if c.Families != nil {
-			// The EC2 side of IPv6 (a /80 prefix on the primary ENI, the
-			// fakes' IPv6) is not built yet: refusing beats a network
-			// whose pods never get an IPv6 address.
-			return fmt.Errorf("%w: ipFamilies %v needs pool.source %q for now (IPv6 from ENI prefixes is not supported yet)", ErrInvalidConfig, c.conf.IPFamilies, Static)
+		if err := c.parseEC2(); err != nil {
+			return err
 		}
-		return c.parseEC2()
+		return c.ec2Families()
 	default:
 		return fmt.Errorf("%w: unknown pool.source %q (want %q or %q)", ErrInvalidConfig, c.Provider, EC2, Static)
 	}
+}
+
+// ec2Families checks ipFamilies against the ec2 pool. IPv6 alone is what
+// the AWS VPC CNI does: a /80 prefix on the primary ENI, no IPv4 address
+// assigned for pods (IPv4 egress is the node's). Dual-stack is refused as
+// the VPC CNI refuses it: the two families would fill on different terms
+// (IPv4 addresses one ENI slot at a time, and ADDs waiting on them; IPv6
+// one prefix for life), a pod's ADD would wait on the scarcer one, and
+// nothing of that is built or tested yet. Custom subnets put pods on ENIs
+// of their own, and the prefix is on the primary ENI: refused too.
+func (c *Config) ec2Families() error {
+	if c.Families == nil {
+		return nil
+	}
+	if len(c.Families) == 2 {
+		return fmt.Errorf("%w: ipFamilies %v: an ec2 pool gives pods IPv4 or IPv6, not both (dual-stack needs pool.source %q)", ErrInvalidConfig, c.conf.IPFamilies, Static)
+	}
+	if c.Warm.CustomSubnets() {
+		return fmt.Errorf("%w: ipFamilies [\"ipv6\"] with subnets or subnetDiscovery: IPv6 pods get addresses of the primary ENI's prefix, never of ENIs in subnets of their own", ErrInvalidConfig)
+	}
+	c.Warm.IPv6 = true
+	c.Pool = alloc.StoredPool{Exclude: c.Warm.ExcludeIPs, IPv6: true}
+	return nil
 }
 
 // parseFamilies reads ipFamilies: one or two distinct families; ["ipv4"],

@@ -57,8 +57,9 @@ func TestIPFamiliesRefused(t *testing.T) {
 		{familiesConf(`["ipv4","ipv6"]`, `["10.99.0.0/24"]`), "ipFamilies has ipv6 but pool.ranges has no ipv6 range"},
 		{familiesConf(`["ipv4","ipv6"]`, `["fd00::/120"]`), "ipFamilies has ipv4 but pool.ranges has no ipv4 range"},
 		{familiesConf(`["ipv4","ipv6"]`, `["10.99.0.0/24","fe80::/120"]`), "reaches into fe80::/10"},
-		{[]byte(`{"cniVersion":"1.0.0","name":"pods","type":"eni-cni","ipFamilies":["ipv6"],"pool":{"source":"ec2"}}`), `needs pool.source "static" for now`},
-		{[]byte(`{"cniVersion":"1.0.0","name":"pods","type":"eni-cni","ipFamilies":["ipv4","ipv6"]}`), `needs pool.source "static" for now`},
+		{[]byte(`{"cniVersion":"1.0.0","name":"pods","type":"eni-cni","ipFamilies":["ipv4","ipv6"]}`), `an ec2 pool gives pods IPv4 or IPv6, not both`},
+		{[]byte(`{"cniVersion":"1.0.0","name":"pods","type":"eni-cni","ipFamilies":["ipv6","ipv4"],"pool":{"source":"ec2"}}`), `an ec2 pool gives pods IPv4 or IPv6, not both`},
+		{[]byte(`{"cniVersion":"1.0.0","name":"pods","type":"eni-cni","ipFamilies":["ipv6"],"pool":{"source":"ec2","subnetDiscovery":true}}`), `never of ENIs in subnets of their own`},
 	} {
 		_, err := Parse(tt.conf)
 		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tt.want) {
@@ -67,6 +68,17 @@ func TestIPFamiliesRefused(t *testing.T) {
 	}
 	if _, err := Parse(familiesConf(`"ipv6"`, `["fd00::/120"]`)); !errors.Is(err, ErrDecode) {
 		t.Errorf("ipFamilies as a string: %v, want a decoding error", err)
+	}
+}
+
+// ["ipv6"] on an ec2 pool: pods get addresses of the primary ENI's /80.
+func TestIPFamiliesIPv6OnEC2(t *testing.T) {
+	c, err := Parse([]byte(`{"cniVersion":"1.0.0","name":"pods","type":"eni-cni","ipFamilies":["ipv6"],"pool":{"source":"ec2"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Warm.IPv6 || len(c.Families) != 1 || c.Families[0] != alloc.IPv6 || !c.Pool.(alloc.StoredPool).IPv6 {
+		t.Errorf("warm IPv6 %v, families %v, pool %+v", c.Warm.IPv6, c.Families, c.Pool)
 	}
 }
 

@@ -77,6 +77,7 @@ type actionFunc func(s *Server, p params) (response, error)
 // actions is the constant dispatch table of the supported EC2 actions. Each
 // runs with s.mu held.
 var actions = map[string]actionFunc{
+	"AssignIpv6Addresses":             (*Server).assignIPv6Addresses,
 	"AssignPrivateIpAddresses":        (*Server).assignPrivateIPAddresses,
 	"AttachNetworkInterface":          (*Server).attachNetworkInterface,
 	"CreateNetworkInterface":          (*Server).createNetworkInterface,
@@ -88,6 +89,7 @@ var actions = map[string]actionFunc{
 	"DescribeSubnets":                 (*Server).describeSubnets,
 	"DetachNetworkInterface":          (*Server).detachNetworkInterface,
 	"ModifyNetworkInterfaceAttribute": (*Server).modifyNetworkInterfaceAttribute,
+	"UnassignIpv6Addresses":           (*Server).unassignIPv6Addresses,
 	"UnassignPrivateIpAddresses":      (*Server).unassignPrivateIPAddresses,
 }
 

@@ -132,6 +132,7 @@ func (s *Server) addENILeavesLocked(l map[string]string, in *instance, e *eni) {
 	if len(e.prefixes) > 0 {
 		set("ipv4-prefix", strings.Join(prefixStrings(e.prefixes), "\n"))
 	}
+	s.ipv6Leaves(e, set)
 }
 
 func (s *Server) identityDocument(in *instance, primary *eni) string {

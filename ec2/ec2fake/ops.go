@@ -295,6 +295,9 @@ func (s *Server) deleteENILocked(e *eni) error {
 	for _, p := range e.prefixes {
 		sn.releasePrefix(p)
 	}
+	for _, q := range slices.Concat(prefixes128(e.ipv6s), e.prefixes6) {
+		s.releaseIPv6Locked(e, q)
+	}
 	delete(s.enis, e.id)
 	delete(s.macs, e.mac)
 	s.noteGoneLocked(e)

@@ -80,6 +80,9 @@ type SubnetConfig struct {
 	CIDR             string            `json:"cidr"` // must be inside one of the VPC CIDRs
 	AvailabilityZone string            `json:"availabilityZone,omitempty"`
 	Tags             map[string]string `json:"tags,omitempty"`
+	// IPv6CIDR is the subnet's IPv6 /64 (none when empty): ENIs in it may
+	// get IPv6 addresses and /80 prefixes of it.
+	IPv6CIDR string `json:"ipv6Cidr,omitempty"`
 }
 
 // Info describes the instance and the VPC the fake serves.
@@ -265,6 +268,13 @@ func (s *Server) buildSubnets() error {
 			id: sc.ID, cidr: p, az: sc.AvailabilityZone, tags: tags,
 			ips: map[netip.Addr]string{}, prefixes: map[netip.Prefix]string{},
 		}
+		if sc.IPv6CIDR != "" {
+			p6, err := netip.ParsePrefix(sc.IPv6CIDR)
+			if err != nil || !p6.Addr().Is6() || p6.Addr().Is4In6() || p6.Bits() != 64 || p6 != p6.Masked() {
+				return fmt.Errorf("subnet ipv6 cidr %q: want a masked IPv6 /64", sc.IPv6CIDR)
+			}
+			s.subnets[sc.ID].v6 = newV6(p6)
+		}
 		s.subnetOrder = append(s.subnetOrder, sc.ID)
 	}
 	return nil
@@ -296,6 +306,9 @@ func (s *Server) infoLocked(in *instance) Info {
 		info.Subnets = append(info.Subnets, SubnetConfig{
 			ID: sn.id, CIDR: sn.cidr.String(), AvailabilityZone: sn.az, Tags: cloneTags(sn.tags),
 		})
+		if sn.v6 != nil {
+			info.Subnets[len(info.Subnets)-1].IPv6CIDR = sn.v6.cidr.String()
+		}
 	}
 	return info
 }

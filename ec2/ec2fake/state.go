@@ -22,6 +22,8 @@ type subnet struct {
 	// next is where allocIP starts looking: no address below it is free.
 	// Without it a world of many instances allocates in quadratic time.
 	next uint32
+	// v6 is its IPv6 /64 and what of it is given out; nil without one.
+	v6 *v6
 }
 
 // eni is the server's record of one network interface.
@@ -34,6 +36,8 @@ type eni struct {
 	primary     netip.Addr // invalid for an ENI without IPv4
 	secondaries []netip.Addr
 	prefixes    []netip.Prefix
+	ipv6s       []netip.Addr
+	prefixes6   []netip.Prefix
 	tags        map[string]string
 	att         *attachment
 	created     uint64 // creation order, for stable listings
@@ -244,6 +248,8 @@ type ENI struct {
 	PrimaryIP           string            `json:"primaryIp,omitempty"`
 	SecondaryIPs        []string          `json:"secondaryIps"`
 	Prefixes            []string          `json:"prefixes"`
+	IPv6Prefixes        []string          `json:"ipv6Prefixes,omitempty"`
+	IPv6s               []string          `json:"ipv6s,omitempty"`
 	SecurityGroupIDs    []string          `json:"securityGroupIds"`
 	Tags                map[string]string `json:"tags,omitempty"`
 }
@@ -269,6 +275,7 @@ func (s *Server) snapshotLocked(e *eni) ENI {
 	for _, p := range e.prefixes {
 		out.Prefixes = append(out.Prefixes, p.String())
 	}
+	out.IPv6Prefixes, out.IPv6s = prefixStrings(e.prefixes6), addrStrings(e.ipv6s)
 	if e.att != nil {
 		out.InstanceID, out.AttachmentID = e.att.instanceID, e.att.id
 		out.DeviceIndex, out.DeleteOnTermination, out.NetworkCard = e.att.device, e.att.deleteOnTermination, e.att.card

@@ -3,6 +3,7 @@ package ec2fake
 import (
 	"maps"
 	"slices"
+	"strings"
 )
 
 // The types below mirror the element names the SDK's ec2query deserializers
@@ -52,25 +53,26 @@ type xmlAttachment struct {
 }
 
 type xmlENI struct {
-	NetworkInterfaceID    string            `xml:"networkInterfaceId"`
-	SubnetID              string            `xml:"subnetId"`
-	VpcID                 string            `xml:"vpcId"`
-	AvailabilityZone      string            `xml:"availabilityZone"`
-	Description           string            `xml:"description"`
-	OwnerID               string            `xml:"ownerId"`
-	RequesterManaged      bool              `xml:"requesterManaged"`
-	Status                string            `xml:"status"`
-	MacAddress            string            `xml:"macAddress"`
-	PrivateIPAddress      string            `xml:"privateIpAddress,omitempty"`
-	PrivateDNSName        string            `xml:"privateDnsName,omitempty"`
-	SourceDestCheck       bool              `xml:"sourceDestCheck"`
-	GroupSet              set[xmlGroup]     `xml:"groupSet"`
-	Attachment            *xmlAttachment    `xml:"attachment,omitempty"`
-	TagSet                set[xmlTag]       `xml:"tagSet"`
-	PrivateIPAddressesSet set[xmlPrivateIP] `xml:"privateIpAddressesSet"`
-	IPv4PrefixSet         *set[xmlPrefix]   `xml:"ipv4PrefixSet,omitempty"`
-	IPv6AddressesSet      set[struct{}]     `xml:"ipv6AddressesSet"`
-	InterfaceType         string            `xml:"interfaceType"`
+	NetworkInterfaceID    string              `xml:"networkInterfaceId"`
+	SubnetID              string              `xml:"subnetId"`
+	VpcID                 string              `xml:"vpcId"`
+	AvailabilityZone      string              `xml:"availabilityZone"`
+	Description           string              `xml:"description"`
+	OwnerID               string              `xml:"ownerId"`
+	RequesterManaged      bool                `xml:"requesterManaged"`
+	Status                string              `xml:"status"`
+	MacAddress            string              `xml:"macAddress"`
+	PrivateIPAddress      string              `xml:"privateIpAddress,omitempty"`
+	PrivateDNSName        string              `xml:"privateDnsName,omitempty"`
+	SourceDestCheck       bool                `xml:"sourceDestCheck"`
+	GroupSet              set[xmlGroup]       `xml:"groupSet"`
+	Attachment            *xmlAttachment      `xml:"attachment,omitempty"`
+	TagSet                set[xmlTag]         `xml:"tagSet"`
+	PrivateIPAddressesSet set[xmlPrivateIP]   `xml:"privateIpAddressesSet"`
+	IPv4PrefixSet         *set[xmlPrefix]     `xml:"ipv4PrefixSet,omitempty"`
+	IPv6AddressesSet      set[xmlIPv6Address] `xml:"ipv6AddressesSet"`
+	IPv6PrefixSet         *set[xmlIPv6Prefix] `xml:"ipv6PrefixSet,omitempty"`
+	InterfaceType         string              `xml:"interfaceType"`
 }
 
 func xmlTags(tags map[string]string) set[xmlTag] {
@@ -108,6 +110,15 @@ func (s *Server) xmlENILocked(e *eni) xmlENI {
 			x.IPv4PrefixSet.Items = append(x.IPv4PrefixSet.Items, xmlPrefix{IPv4Prefix: p.String()})
 		}
 	}
+	for _, a := range e.ipv6s {
+		x.IPv6AddressesSet.Items = append(x.IPv6AddressesSet.Items, xmlIPv6Address{IPv6Address: a.String()})
+	}
+	if len(e.prefixes6) > 0 {
+		x.IPv6PrefixSet = &set[xmlIPv6Prefix]{}
+		for _, p := range e.prefixes6 {
+			x.IPv6PrefixSet.Items = append(x.IPv6PrefixSet.Items, xmlIPv6Prefix{IPv6Prefix: p.String()})
+		}
+	}
 	if a := e.att; a != nil {
 		x.Attachment = &xmlAttachment{
 			AttachmentID: a.id, InstanceID: a.instanceID, InstanceOwnerID: s.cfg.AccountID,
@@ -119,28 +130,34 @@ func (s *Server) xmlENILocked(e *eni) xmlENI {
 }
 
 type xmlSubnet struct {
-	SubnetID                    string        `xml:"subnetId"`
-	SubnetArn                   string        `xml:"subnetArn"`
-	State                       string        `xml:"state"`
-	VpcID                       string        `xml:"vpcId"`
-	OwnerID                     string        `xml:"ownerId"`
-	CidrBlock                   string        `xml:"cidrBlock"`
-	AvailableIPAddressCount     int           `xml:"availableIpAddressCount"`
-	AvailabilityZone            string        `xml:"availabilityZone"`
-	DefaultForAz                bool          `xml:"defaultForAz"`
-	MapPublicIPOnLaunch         bool          `xml:"mapPublicIpOnLaunch"`
-	AssignIpv6AddressOnCreation bool          `xml:"assignIpv6AddressOnCreation"`
-	Ipv6CidrBlockAssociationSet set[struct{}] `xml:"ipv6CidrBlockAssociationSet"`
-	TagSet                      set[xmlTag]   `xml:"tagSet"`
+	SubnetID                    string                      `xml:"subnetId"`
+	SubnetArn                   string                      `xml:"subnetArn"`
+	State                       string                      `xml:"state"`
+	VpcID                       string                      `xml:"vpcId"`
+	OwnerID                     string                      `xml:"ownerId"`
+	CidrBlock                   string                      `xml:"cidrBlock"`
+	AvailableIPAddressCount     int                         `xml:"availableIpAddressCount"`
+	AvailabilityZone            string                      `xml:"availabilityZone"`
+	DefaultForAz                bool                        `xml:"defaultForAz"`
+	MapPublicIPOnLaunch         bool                        `xml:"mapPublicIpOnLaunch"`
+	AssignIpv6AddressOnCreation bool                        `xml:"assignIpv6AddressOnCreation"`
+	Ipv6CidrBlockAssociationSet set[xmlIPv6CidrAssociation] `xml:"ipv6CidrBlockAssociationSet"`
+	TagSet                      set[xmlTag]                 `xml:"tagSet"`
 }
 
 func (s *Server) xmlSubnet(sn *subnet) xmlSubnet {
-	return xmlSubnet{
+	x := xmlSubnet{
 		SubnetID:  sn.id,
 		SubnetArn: "arn:aws:ec2:" + s.region + ":" + s.cfg.AccountID + ":subnet/" + sn.id,
 		State:     "available", VpcID: s.cfg.VPCID, OwnerID: s.cfg.AccountID, CidrBlock: sn.cidr.String(),
 		AvailableIPAddressCount: sn.available(), AvailabilityZone: sn.az, TagSet: xmlTags(sn.tags),
 	}
+	if sn.v6 != nil {
+		a := xmlIPv6CidrAssociation{IPv6CidrBlock: sn.v6.cidr.String(), AssociationID: "subnet-cidr-assoc-" + strings.TrimPrefix(sn.id, "subnet-")}
+		a.IPv6CidrBlockState.State = "associated"
+		x.Ipv6CidrBlockAssociationSet.Items = append(x.Ipv6CidrBlockAssociationSet.Items, a)
+	}
+	return x
 }
 
 type xmlNetworkCard struct {

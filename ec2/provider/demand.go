@@ -260,7 +260,7 @@ func (s EC2) look(st *alloc.State, req alloc.Request, allocErr error, first, rec
 	}
 	out := step{next: nextLook(st, sec, now, until), recorded: recorded}
 	// At the hard limit (waiting for a cooldown to end) warm cannot help.
-	if s.Warm != nil && !sec.AtHardLimitFor(s.Cfg.Warm.MaxENIs, s.Cfg.Warm.CustomSubnets()) && needTrigger(st, sec, now, s.passAlive(sec)) {
+	if s.Warm != nil && !sec.AtHardLimitOf(s.Cfg.Warm) && needTrigger(st, sec, now, s.passAlive(sec)) {
 		// A start that did not become a pass is not asked of systemd
 		// again: `systemctl start --no-block` succeeds though the unit then
 		// runs nothing (its start limit hit, its condition failing, its
@@ -274,7 +274,7 @@ func (s EC2) look(st *alloc.State, req alloc.Request, allocErr error, first, rec
 
 // hopeless returns why waiting cannot help, or "".
 func (s EC2) hopeless(st *alloc.State, sec *section.EC2, now, start, until time.Time, first bool) string {
-	if sec.AtHardLimitFor(s.Cfg.Warm.MaxENIs, s.Cfg.Warm.CustomSubnets()) && !coolingEndsBy(st, now, until) {
+	if sec.AtHardLimitOf(s.Cfg.Warm) && !coolingEndsBy(st, now, until) {
 		return s.nodeFull(st, sec)
 	}
 	lp := sec.LastPass

@@ -71,7 +71,7 @@ func PoolReady(st *alloc.State, c alloc.Counts, w section.WarmConfig, bootID str
 			ErrPoolNotReady, c.Free, c.Total, target, lastGrowth(sec, bootID))
 	case c.Free > 0 || c.Cooling > 0:
 		return nil
-	case sec.AtHardLimitFor(w.MaxENIs, w.CustomSubnets()):
+	case sec.AtHardLimitOf(w):
 		// A full node: its pods hold every address the instance can
 		// have. kubelet's maxPods (eni-cni max-pods) keeps pods off it;
 		// NotReady would have its pods evicted (the not-ready NoExecute

@@ -48,7 +48,7 @@ var ErrIdentityUnchecked = errors.New("the instance identity has not been checke
 // Admit is the allocator's Admit hook: no address of a store whose
 // instance this boot has not checked.
 func (s EC2) Admit(st *alloc.State) error {
-	if st.EC2 != nil && len(st.EC2.Addrs) > 0 && st.EC2.VerifiedBoot != s.Mgr.BootID {
+	if st.EC2 != nil && (len(st.EC2.Addrs) > 0 || st.EC2.HasIPv6()) && st.EC2.VerifiedBoot != s.Mgr.BootID {
 		return ErrIdentityUnchecked
 	}
 	return nil

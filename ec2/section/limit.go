@@ -22,6 +22,13 @@ func (l Limits) ENILimit(maxENIs int) int {
 // never a hard limit.
 func (s *EC2) AtHardLimit(maxENIs int) bool { return s.AtHardLimitFor(maxENIs, false) }
 
+// AtHardLimitOf is AtHardLimitFor under the pool policy w. A network of
+// IPv6 is never at it: its pool is a /80 (2^48 addresses) whose want is
+// one call away, and a primary ENI that refuses it is the pass's outcome.
+func (s *EC2) AtHardLimitOf(w WarmConfig) bool {
+	return !w.IPv6 && s.AtHardLimitFor(w.MaxENIs, w.CustomSubnets())
+}
+
 // AtHardLimitFor is AtHardLimit where, with custom subnets (createdOnly),
 // only the ENIs eni-cni created are warm's to fill (ENI.ForPods): the
 // primary ENI's free slots are no room for pods.

@@ -63,9 +63,12 @@ func MaxPods(l Limits, prefixDelegation bool, maxENIs int) int {
 
 // PodAddressesOf, MaxAllowedPodsOf and MaxPodsOf are PodAddresses,
 // MaxAllowedPods and MaxPods under the pool policy w: custom subnets
-// (w.CustomSubnets) take the primary ENI out of the count.
+// (w.CustomSubnets) take the primary ENI out of the count. A network of
+// IPv6 counts as prefix delegation does, as the VPC CNI's IPv6 nodes are
+// given it: the /80 itself holds 2^48 addresses, so the cap (110 or 250)
+// is what binds on any type with a few ENIs.
 func PodAddressesOf(l Limits, w WarmConfig) int {
-	return podAddresses(l, w.PrefixDelegation, w.MaxENIs, w.CustomSubnets())
+	return podAddresses(l, w.PrefixDelegation || w.IPv6, w.MaxENIs, w.CustomSubnets())
 }
 
 func MaxAllowedPodsOf(l Limits, w WarmConfig) int { return PodAddressesOf(l, w) + hostNetworkPods }

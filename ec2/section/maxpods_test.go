@@ -50,3 +50,21 @@ func TestMaxPodsPublished(t *testing.T) {
 		})
 	}
 }
+
+// A network of IPv6 counts as prefix delegation does: the cap binds on
+// every type with room for 110 (or 250) pods.
+func TestMaxPodsIPv6(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		l       Limits
+		maxPods int
+	}{
+		{"t3.micro", Limits{MaxENIs: 2, IPv4PerENI: 2, VCPUs: 2}, 34},
+		{"m5.large", Limits{MaxENIs: 3, IPv4PerENI: 10, VCPUs: 2}, 110},
+		{"c5.18xlarge", Limits{MaxENIs: 15, IPv4PerENI: 50, VCPUs: 72}, 250},
+	} {
+		if got := MaxPodsOf(tt.l, WarmConfig{IPv6: true}); got != tt.maxPods {
+			t.Errorf("%s: maxPods %d, want %d", tt.name, got, tt.maxPods)
+		}
+	}
+}

@@ -81,6 +81,12 @@ type ENIInfo struct {
 	Secondary      []netip.Addr // secondary addresses, in IMDS order
 	Prefixes       []netip.Prefix
 	SecurityGroups []string
+	// IPv6Prefixes are the ENI's delegated IPv6 prefixes (IMDS
+	// ipv6-prefix).
+	IPv6Prefixes []netip.Prefix
+	// IPv6Read: IPv6Prefixes were read (only for an ENI the store knows
+	// with prefixes); unread, no prefix counts as gone.
+	IPv6Read bool
 }
 
 // WarmConfig is the pool policy.
@@ -112,6 +118,9 @@ type WarmConfig struct {
 	// node NotReady and pods are scheduled elsewhere; warm records what
 	// that needs (FilledBoot, Growth), and nothing of it when off.
 	ReadyWhenFilled bool
+	// IPv6 (ipFamilies ["ipv6"]): pods get IPv6 addresses of a /80 prefix
+	// delegated to the primary ENI, and no IPv4 address is assigned.
+	IPv6 bool
 }
 
 // ZoneSubnet is the pods' subnet of one availability zone and the

@@ -17,12 +17,16 @@ type Drift struct {
 	NewENIs   []string     // attached per IMDS, unknown to the section
 	GoneENIs  []string     // in the section, not attached per IMDS
 	GoneAddrs []netip.Addr // in the section, not listed by IMDS
-	Found     int          // addresses IMDS lists that joined the pool
+	// GonePrefixes are IPv6 prefixes in the section IMDS does not list.
+	GonePrefixes []netip.Prefix
+	Found        int // addresses IMDS lists that joined the pool
 }
 
 // Empty reports whether IMDS and the section agree (found addresses are
 // taken in at once and are no disagreement left).
-func (d Drift) Empty() bool { return len(d.NewENIs)+len(d.GoneENIs)+len(d.GoneAddrs) == 0 }
+func (d Drift) Empty() bool {
+	return len(d.NewENIs)+len(d.GoneENIs)+len(d.GoneAddrs)+len(d.GonePrefixes) == 0
+}
 
 // Key identifies the disagreement, to tell a new one from one EC2 has
 // already been asked about.
@@ -32,6 +36,10 @@ func (d Drift) Key() string {
 	}
 	h := fnv.New64a()
 	fmt.Fprint(h, d.NewENIs, d.GoneENIs, d.GoneAddrs)
+	if len(d.GonePrefixes) > 0 {
+		// Only then: the key of an IPv4 disagreement stays what it was.
+		fmt.Fprint(h, d.GonePrefixes)
+	}
 	return fmt.Sprintf("%016x", h.Sum64())
 }
 
@@ -49,6 +57,9 @@ func (d Drift) String() string {
 			s = fmt.Sprintf("%s and %d more", s[:len(s)-1], n-6) + "]"
 		}
 		parts = append(parts, fmt.Sprintf("%d addresses gone %s", n, s))
+	}
+	if len(d.GonePrefixes) > 0 {
+		parts = append(parts, fmt.Sprintf("IPv6 prefixes gone %v", d.GonePrefixes))
 	}
 	return strings.Join(parts, "; ")
 }
@@ -99,11 +110,14 @@ func Reconcile(s *EC2, inst *Instance, now time.Time) Drift {
 			}
 			d.Found += n
 		}
+		d.Found += s.AddIPv6Prefixes(info.ID, e.FoundOrigin(), info.IPv6Prefixes, now)
 	}
 	for _, e := range s.ENIs {
 		if !attached[e.ID] {
 			d.GoneENIs = append(d.GoneENIs, e.ID)
+			continue
 		}
+		d.GonePrefixes = append(d.GonePrefixes, gonePrefixes(e, inst, now)...)
 	}
 	for _, a := range s.Addrs {
 		if attached[a.ENI] && !listed[a.IP] && !a.Lost && Elapsed(now, a.AddedAt, IMDSGrace) {
@@ -111,6 +125,22 @@ func Reconcile(s *EC2, inst *Instance, now time.Time) Drift {
 		}
 	}
 	return d
+}
+
+// gonePrefixes are e's IPv6 prefixes the ENI's IMDS entry does not list
+// past IMDSGrace.
+func gonePrefixes(e ENI, inst *Instance, now time.Time) []netip.Prefix {
+	i := slices.IndexFunc(inst.ENIs, func(info ENIInfo) bool { return info.ID == e.ID })
+	if i < 0 || !inst.ENIs[i].IPv6Read {
+		return nil
+	}
+	var out []netip.Prefix
+	for _, p := range e.IPv6Prefixes {
+		if !slices.Contains(inst.ENIs[i].IPv6Prefixes, p.Prefix) && Elapsed(now, p.AddedAt, IMDSGrace) {
+			out = append(out, p.Prefix)
+		}
+	}
+	return out
 }
 
 // DropSettledLost removes lost addresses no allocation holds any more:

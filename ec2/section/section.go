@@ -146,6 +146,11 @@ type ENI struct {
 	PrimaryIP      netip.Addr     `json:"primaryIP"`
 	SecurityGroups []string       `json:"securityGroups,omitempty"`
 	Prefixes       []netip.Prefix `json:"prefixes,omitempty"`
+	// IPv6Prefixes are the ENI's delegated IPv6 prefixes (a /80 each) on
+	// a network of IPv6: pods get addresses of them (IPv6Usable). They are
+	// kept as prefixes, never expanded as the IPv4 /28s are into Addrs: a
+	// /80 holds 2^48 addresses.
+	IPv6Prefixes []IPv6Prefix `json:"ipv6Prefixes,omitempty"`
 	// Secondary counts the secondary addresses EC2 assigned to the ENI
 	// (each takes one of the type's per-ENI slots, as each prefix does).
 	Secondary int `json:"secondary"`
@@ -162,6 +167,13 @@ type ENI struct {
 	// `warm` retries setting DeleteOnTermination until EC2 confirms it.
 	AttachmentID        string `json:"attachmentID,omitempty"`
 	DeleteOnTermination bool   `json:"deleteOnTermination,omitempty"`
+}
+
+// IPv6Prefix is one delegated IPv6 prefix of an ENI.
+type IPv6Prefix struct {
+	Prefix  netip.Prefix `json:"prefix"`
+	Origin  string       `json:"origin"`
+	AddedAt time.Time    `json:"addedAt"`
 }
 
 // Where a pool address came from.
@@ -429,6 +441,13 @@ func (s *EC2) Validate() error {
 		}
 		enis[e.ID] = true
 	}
+	for _, e := range s.ENIs {
+		for _, p := range e.IPv6Prefixes {
+			if !p.Prefix.IsValid() || !p.Prefix.Addr().Is6() || p.Prefix.Addr().Is4In6() || p.Prefix.Bits() > 120 {
+				return fmt.Errorf("ENI %s has IPv6 prefix %v, not an IPv6 prefix", e.ID, p.Prefix)
+			}
+		}
+	}
 	seen := map[netip.Addr]bool{}
 	for _, a := range s.Addrs {
 		switch {
@@ -466,6 +485,7 @@ func (s *EC2) Clone() *EC2 {
 	for i := range c.ENIs {
 		e := &c.ENIs[i]
 		e.VPCCIDRs, e.SecurityGroups, e.Prefixes = slices.Clone(e.VPCCIDRs), slices.Clone(e.SecurityGroups), slices.Clone(e.Prefixes)
+		e.IPv6Prefixes = slices.Clone(e.IPv6Prefixes)
 	}
 	c.Addrs, c.Tombstones, c.Pending = slices.Clone(s.Addrs), slices.Clone(s.Tombstones), slices.Clone(s.Pending)
 	c.FullSubnets = slices.Clone(s.FullSubnets)
@@ -474,6 +494,7 @@ func (s *EC2) Clone() *EC2 {
 			u := *p.Unattached
 			u.IPs = slices.Clone(u.IPs)
 			u.ENI.VPCCIDRs, u.ENI.SecurityGroups, u.ENI.Prefixes = slices.Clone(u.ENI.VPCCIDRs), slices.Clone(u.ENI.SecurityGroups), slices.Clone(u.ENI.Prefixes)
+			u.ENI.IPv6Prefixes = slices.Clone(u.ENI.IPv6Prefixes)
 			c.Pending[i].Unattached = &u
 		}
 	}

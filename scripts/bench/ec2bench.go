@@ -246,8 +246,36 @@ func (b *bench) phaseEC2(ctx context.Context) error {
 	if err := b.ec2Drift(ctx); err != nil {
 		return err
 	}
+	if err := b.ec2IPv6(ctx); err != nil {
+		return err
+	}
 	for _, c := range b.res.EC2 {
 		b.logf("  %s: %d EC2 calls (%s), %d IMDS reads, %d warm passes", c.Scenario, c.EC2Total, c.breakdown(), c.IMDS, c.Passes)
 	}
+	return nil
+}
+
+// ec2IPv6 is the fill of a network of IPv6 (ipFamilies ["ipv6"]): one
+// /80 delegated to the primary ENI holds a full node's pods (250, the
+// larger maxPods cap), then an hour of the timer on that node.
+func (b *bench) ec2IPv6(ctx context.Context) error {
+	cfg := ec2fake.Config{InstanceType: "m5.large", Subnets: []ec2fake.SubnetConfig{{CIDR: "10.0.0.0/20", IPv6CIDR: "2600:1f18:abcd:1200::/64"}}}
+	e, err := newEC2Env(cfg, section.WarmConfig{WarmIPTarget: 5, IPv6: true})
+	if err != nil {
+		return err
+	}
+	defer e.fake.Close()
+	e.mgr.Families, e.mgr.Pool = []alloc.Family{alloc.IPv6}, alloc.StoredPool{IPv6: true}
+	t0 := time.Now()
+	got, err := e.fillTo(ctx, 250)
+	if err != nil {
+		return fmt.Errorf("IPv6 fill: %w", err)
+	}
+	b.res.EC2 = append(b.res.EC2, e.take("fill to 250 IPv6 pods (m5.large, ipFamilies [ipv6])", t0, 0, got))
+	t0, p0 := time.Now(), e.passes
+	if err := e.hour(ctx); err != nil {
+		return err
+	}
+	b.res.EC2 = append(b.res.EC2, e.take(fmt.Sprintf("1 h of warm every 30 s after the IPv6 fill (%d pods)", got), t0, p0, got))
 	return nil
 }
