@@ -75,7 +75,9 @@ test-kubelet: build
 # kube-proxy, etcd and CoreDNS and packs their images once (deps-kubeadm:
 # 15-40 min on top of kubelet's build cache; then 5 s, nothing built); the
 # run itself takes 1-1.5 min. `make test` runs it last: the quick start is
-# documentation that rots unless it runs.
+# documentation that rots unless it runs. E2E_IP_FAMILY=ipv6 or dual: the
+# same on an IPv6 single-stack or dual-stack cluster (scripts/e2e/kubeadm6.sh:
+# per-family pod-to-pod, Service-to-API-server and CoreDNS checks; 75-130 s).
 deps-kubeadm:
 	bash scripts/install-test-deps.sh --with-kubeadm
 
@@ -131,7 +133,9 @@ test: deps lint build
 	$(MAKE) --no-print-directory test-e2e
 	$(MAKE) --no-print-directory test-kubelet
 	$(MAKE) --no-print-directory test-daemonset
-	$(MAKE) --no-print-directory test-kubeadm
+	$(MAKE) --no-print-directory test-kubeadm E2E_IP_FAMILY=ipv4
+	$(MAKE) --no-print-directory test-kubeadm E2E_IP_FAMILY=ipv6
+	$(MAKE) --no-print-directory test-kubeadm E2E_IP_FAMILY=dual
 	$(MAKE) --no-print-directory test-ready
 	$(MAKE) --no-print-directory test-cluster E2E_PROXY_MODE=nftables CLUSTER_SELFTEST=1
 	$(MAKE) --no-print-directory test-conformance
