@@ -135,7 +135,7 @@ test: deps lint build
 	$(MAKE) --no-print-directory test-daemonset
 	$(MAKE) --no-print-directory test-kubeadm E2E_IP_FAMILY=ipv4
 	$(MAKE) --no-print-directory test-kubeadm E2E_IP_FAMILY=ipv6
-	$(MAKE) --no-print-directory test-kubeadm E2E_IP_FAMILY=dual
+	$(MAKE) --no-print-directory test-kubeadm E2E_IP_FAMILY=dual KUBEADM6_SELFTEST=1
 	$(MAKE) --no-print-directory test-ready
 	$(MAKE) --no-print-directory test-cluster E2E_PROXY_MODE=nftables CLUSTER_SELFTEST=1
 	$(MAKE) --no-print-directory test-conformance

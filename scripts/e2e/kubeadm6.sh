@@ -42,6 +42,11 @@
 #   eni-cni-uninstall            conflist and binary gone
 #   teardown-leaves-nothing      no shim, mount, netns, cgroup, link, route or rule left
 #   host-untouched               (outside) this machine's node paths and sysctls as found
+#   selftest-NAME                (KUBEADM6_SELFTEST=1) the node's routes to some pods'
+#                                addresses of one family taken away: that family's
+#                                pod-to-pod (web-b's), api-service (web-a's) or dns (the
+#                                CoreDNS pods') check fails, the other family's passes; the
+#                                routes put back, it passes again
 #
 # The IPv6 sysctls kubeadm's preflight wants (IPv6 forwarding) and the
 # ip6tables rules kube-proxy writes are those of the private network
@@ -49,7 +54,8 @@
 #
 # Usage: E2E_IP_FAMILY=ipv6|dual scripts/e2e/kubeadm6.sh /abs/path/to/bin/eni-cni
 # (or scripts/e2e/kubeadm.sh, which comes here for those families;
-# `make test-kubeadm E2E_IP_FAMILY=...`). Env: E2E_KEEP_RUN=1 keeps the run dir.
+# `make test-kubeadm E2E_IP_FAMILY=...`). Env: E2E_KEEP_RUN=1 keeps the run dir;
+# KUBEADM6_SELFTEST=1 adds the self-tests (`make test` sets it on the dual run).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -258,7 +264,7 @@ EOF
 # /resolve: Go's resolver asks A and AAAA), sorted, space-separated.
 resolve() {
 	local ip=${POD_IP[$1]%% *} reply
-	reply=$(curl -g -s --max-time 15 "http://$(url_host "$ip"):8080/resolve?name=$2") || return 1
+	reply=$(curl -g -sf --max-time 15 "http://$(url_host "$ip"):8080/resolve?name=$2") || return 1
 	tr ' ' '\n' <<<"$reply" | sort | xargs
 }
 
@@ -406,17 +412,22 @@ addr_of() {
 	return 0
 }
 
-for f in "${FAMILIES[@]}"; do
-	begin "pod-to-pod-$f"
-	a=$(addr_of web-a "$f") b=$(addr_of web-b "$f")
+# The checks per family: each fails the run (fail) when broken, and sets
+# MSG for pass. KUBEADM6_SELFTEST runs them again in subshells.
+
+# check_pod_to_pod F: web-a -> web-b's address of family F; web-b sees
+# web-a's own address (no NAT).
+check_pod_to_pod() {
+	local a b reply host client
+	a=$(addr_of web-a "$1") b=$(addr_of web-b "$1")
 	reply=$(in_pod web-a curl -g -s --max-time 5 "http://$(url_host "$b"):8080/") || fail "web-a ($a) -> web-b ($b): no answer"
 	say "  web-a -> http://$(url_host "$b"):8080/ -> $reply"
 	read -r host _ client <<<"$reply"
 	client=${client%:*} client=${client#[} client=${client%]}
 	[ "$host" = web-b ] || fail "answer from '$host', want web-b"
 	[ "$client" = "$a" ] || fail "web-b saw the client as $client, want web-a's own $a"
-	pass "web-a $a reaches web-b $b; web-b sees $a"
-done
+	MSG="web-a $a reaches web-b $b; web-b sees $a"
+}
 
 # api_from_pod IP: the API server's /version through IP:443, from web-a.
 api_from_pod() {
@@ -424,11 +435,93 @@ api_from_pod() {
 	reply=$(in_pod web-a curl -g -sk --max-time 5 "https://$(url_host "$1"):443/version") || fail "web-a -> https://$(url_host "$1"):443: no answer"
 	[ "$(jq -r .gitVersion <<<"$reply" 2>/dev/null)" = "$KUBE_VER" ] || fail "https://$(url_host "$1")/version answered: $reply"
 }
-if [ "$MODE" = ipv6 ]; then
-	begin api-service-ipv6
-	api_from_pod "$API6"
-	pass "web-a reaches the API server through the kubernetes Service's IPv6 ClusterIP $API6 (/version: $KUBE_VER)"
-else
+
+# check_api_service F: web-a reaches the API server through the Service
+# ClusterIPs of family F (ipv6: kubernetes's; dual: kubernetes (IPv4) and
+# api-dual's of F).
+check_api_service() {
+	if [ "$MODE" = ipv6 ]; then
+		api_from_pod "$API6"
+		MSG="web-a reaches the API server through the kubernetes Service's IPv6 ClusterIP $API6 (/version: $KUBE_VER)"
+	elif [ "$1" = ipv4 ]; then
+		api_from_pod "$API4"
+		api_from_pod "$DUAL4"
+		MSG="web-a reaches the API server through the kubernetes Service $API4 and api-dual's IPv4 ClusterIP $DUAL4"
+	else
+		api_from_pod "$DUAL6"
+		MSG="web-a reaches the API server through api-dual's IPv6 ClusterIP $DUAL6 (RequireDualStack: $DUAL4 $DUAL6)"
+	fi
+}
+
+# check_dns F: a pod resolves through a CoreDNS Service of family F (its
+# own resolver, A and AAAA). ipv6: web-a through kube-dns (IPv6);
+# dual: web-a through kube-dns (IPv4), web-b through kube-dns-v6.
+check_dns() {
+	local p=web-a ns=$DNS4 got got4 want
+	if [ "$MODE" = ipv6 ]; then
+		grep -A3 '^clusterDNS:' /var/lib/kubelet/config.yaml | grep -qxF -- "- $DNS6" ||
+			fail "kubelet's clusterDNS is not kube-dns's IPv6 ClusterIP $DNS6: $(grep -A2 clusterDNS /var/lib/kubelet/config.yaml)"
+		got=$(resolve web-a kubernetes.default.svc.cluster.local) || fail "web-a could not resolve kubernetes.default"
+		[ "$got" = "$API6" ] || fail "web-a resolved kubernetes.default to '$got', want $API6 alone (AAAA; no A)"
+		MSG="web-a (resolver $DNS6, kube-dns's IPv6 ClusterIP) resolves kubernetes.default to $got (AAAA, no A)"
+		return
+	fi
+	[ "$1" = ipv4 ] || p=web-b ns=$DNS6
+	want=$(printf '%s\n' "$DUAL4" "$DUAL6" | sort | xargs)
+	got=$(resolve "$p" api-dual.kube-system.svc.cluster.local) || fail "$p could not resolve api-dual.kube-system (resolver $ns)"
+	[ "$got" = "$want" ] || fail "$p (resolver $ns) resolved api-dual.kube-system to '$got', want $want (A and AAAA)"
+	got4=$(resolve "$p" kubernetes.default.svc.cluster.local) || fail "$p could not resolve kubernetes.default (resolver $ns)"
+	[ "$got4" = "$API4" ] || fail "$p resolved kubernetes.default to '$got4', want $API4 (A alone)"
+	MSG="$p (resolver $ns, CoreDNS over $1) resolves api-dual.kube-system to $got (A and AAAA) and kubernetes.default to $got4"
+}
+
+# KUBEADM6_SELFTEST=1: proof that the checks can fail, and for the family
+# they are about: the node's routes to some pods' addresses of one family
+# taken away, the check of that family must fail (in dual-stack, the same
+# check of the other family must still pass); the routes put back as they
+# were, it must pass again.
+
+# selftest NAME CHECK F IP...: NAME is the node's routes to IP... (of F).
+selftest() {
+	local name=$1 check=$2 f=$3 log=$E2E_RUN/logs/selftest-$1.log ip line other saved=()
+	shift 3
+	begin "selftest-$name"
+	for ip in "$@"; do
+		line=$(ip "-${f#ipv}" route show "$ip")
+		[ -n "$line" ] || fail "no route to $ip on the node"
+		saved+=("$line")
+		# shellcheck disable=SC2086 # the route as ip printed it
+		ip "-${f#ipv}" route del $line || fail "could not delete the route $line"
+	done
+	if ("check_${check//-/_}" "$f") >"$log" 2>&1; then
+		fail "$check-$f passed without $name"
+	fi
+	for other in "${FAMILIES[@]}"; do
+		[ "$other" = "$f" ] || ("check_${check//-/_}" "$other") >>"$log" 2>&1 ||
+			fail "$check-$other failed too without $name (of $f): $(grep -m1 -o 'FAIL .*' "$log")"
+	done
+	for line in "${saved[@]}"; do
+		# shellcheck disable=SC2086
+		ip "-${f#ipv}" route replace $line || fail "could not put back the route $line"
+	done
+	("check_${check//-/_}" "$f") >>"$log" 2>&1 || fail "$check-$f still fails with $name back: $(grep -m1 -o 'FAIL .*' "$log")"
+	pass "$check-$f fails without $name ($(grep -m1 -o 'FAIL .*' "$log" | cut -c1-140))$([ ${#FAMILIES[@]} = 1 ] || echo ", the other family's passes"), and passes with them back"
+}
+
+selftests() {
+	local f dns
+	for f in "${FAMILIES[@]}"; do
+		selftest "web-b-route-$f" pod-to-pod "$f" "$(addr_of web-b "$f")"
+		selftest "web-a-route-$f" api-service "$f" "$(addr_of web-a "$f")"
+		dns=$(k get pods -n kube-system -l k8s-app=kube-dns -o jsonpath='{.items[*].status.podIPs[*].ip}' | xargs -n1 | while read -r ip; do
+			[ "$(fam_of "$ip")" != "$f" ] || echo "$ip"
+		done)
+		# shellcheck disable=SC2086 # one word per address
+		selftest "coredns-routes-$f" dns "$f" $dns
+	done
+}
+
+if [ "$MODE" = dual ]; then
 	api_dual_ready() {
 		[ "$(svc_ips kube-system api-dual | wc -w)" = 2 ] &&
 			[ "$(k get endpointslices -n kube-system -l kubernetes.io/service-name=api-dual -o jsonpath='{range .items[*]}{.addressType}{" "}{end}' | xargs -n1 | sort | xargs)" = "IPv4 IPv6" ]
@@ -439,33 +532,16 @@ else
 	# default route (nowhere) and curl's retries would hide the wait.
 	wait_for 30 kube_services_in iptables-save "$DUAL4" || fail "no iptables KUBE-SERVICES rule for api-dual's $DUAL4"
 	wait_for 30 kube_services_in ip6tables-save "$DUAL6" || fail "no ip6tables KUBE-SERVICES rule for api-dual's $DUAL6"
-	begin api-service-ipv4
-	api_from_pod "$API4"
-	api_from_pod "$DUAL4"
-	pass "web-a reaches the API server through the kubernetes Service $API4 and api-dual's IPv4 ClusterIP $DUAL4"
-	begin api-service-ipv6
-	api_from_pod "$DUAL6"
-	pass "web-a reaches the API server through api-dual's IPv6 ClusterIP $DUAL6 (RequireDualStack: $(svc_ips kube-system api-dual))"
 fi
-
-if [ "$MODE" = ipv6 ]; then
-	begin dns-ipv6
-	grep -A3 '^clusterDNS:' /var/lib/kubelet/config.yaml | grep -qxF -- "- $DNS6" || fail "kubelet's clusterDNS is not kube-dns's IPv6 ClusterIP $DNS6: $(grep -A2 clusterDNS /var/lib/kubelet/config.yaml)"
-	got=$(resolve web-a kubernetes.default.svc.cluster.local) || fail "web-a could not resolve kubernetes.default"
-	[ "$got" = "$API6" ] || fail "web-a resolved kubernetes.default to '$got', want $API6 alone (AAAA; no A)"
-	pass "web-a (resolver $DNS6, kube-dns's IPv6 ClusterIP) resolves kubernetes.default to $got (AAAA, no A)"
-else
-	want=$(printf '%s\n' "$DUAL4" "$DUAL6" | sort | xargs)
-	for f in ipv4 ipv6; do
-		begin "dns-$f"
-		if [ "$f" = ipv4 ]; then p=web-a ns=$DNS4; else p=web-b ns=$DNS6; fi
-		got=$(resolve "$p" api-dual.kube-system.svc.cluster.local) || fail "$p could not resolve api-dual.kube-system"
-		[ "$got" = "$want" ] || fail "$p (resolver $ns) resolved api-dual.kube-system to '$got', want $want (A and AAAA)"
-		got4=$(resolve "$p" kubernetes.default.svc.cluster.local) || fail "$p could not resolve kubernetes.default"
-		[ "$got4" = "$API4" ] || fail "$p resolved kubernetes.default to '$got4', want $API4 (A alone)"
-		pass "$p (resolver $ns, CoreDNS over $f) resolves api-dual.kube-system to $got (A and AAAA) and kubernetes.default to $got4"
+for c in pod-to-pod api-service dns; do
+	for f in "${FAMILIES[@]}"; do
+		begin "$c-$f"
+		"check_${c//-/_}" "$f"
+		pass "$MSG"
 	done
-fi
+done
+
+[ "${KUBEADM6_SELFTEST:-0}" != 1 ] || selftests
 
 begin kubectl-delete-frees-address
 declare -A VETH
