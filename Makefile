@@ -77,7 +77,8 @@ test-kubelet: build
 # run itself takes 1-1.5 min. `make test` runs it last: the quick start is
 # documentation that rots unless it runs. E2E_IP_FAMILY=ipv6 or dual: the
 # same on an IPv6 single-stack or dual-stack cluster (scripts/e2e/kubeadm6.sh:
-# per-family pod-to-pod, Service-to-API-server and CoreDNS checks; 75-130 s).
+# pod-to-pod, Service-to-API-server and CoreDNS checks per family; 70-130 s;
+# KUBEADM6_SELFTEST=1 proves they can fail, 15-35 s more).
 deps-kubeadm:
 	bash scripts/install-test-deps.sh --with-kubeadm
 
