@@ -11,6 +11,8 @@
 #   dual   the node has both families (kubelet --node-ip both), the Service
 #          range both (IPv4 first), `eni-cni install --ip-families ipv4,ipv6`
 #          with a range of each: each pod gets one address of each family
+#   dual6  dual-stack with IPv6 the primary family: everything listed IPv6
+#          first (advertise address, --node-ip, Services, --ip-families)
 #
 # No --pod-network-cidr (podSubnet): eni-cni's pool is its own. Each case is
 # a named check that fails the run when broken:
@@ -29,12 +31,14 @@
 #   pod-to-pod-<family>          pod A reaches pod B's address of each family (HTTP; B sees
 #                                A's own address: no NAT)
 #   api-service-<family>         pod A reaches the API server through a Service ClusterIP of
-#                                each family (ipv6: `kubernetes`'s; dual: `kubernetes` (IPv4)
-#                                and both of a RequireDualStack Service on the API server)
+#                                each family (`kubernetes`'s, single-stack in the primary
+#                                family; dual: both of api-dual, a RequireDualStack Service on
+#                                the API server)
 #   dns-<family>                 a pod resolves through CoreDNS's Service of each family
-#                                (its own resolver: A and AAAA lookups; ipv6: kubernetes.default
-#                                is its IPv6 ClusterIP alone; dual: the dual Service has both,
-#                                from the IPv4 kube-dns and from an IPv6 Service on CoreDNS)
+#                                (its own resolver: A and AAAA lookups): kubernetes.default is
+#                                the primary family's ClusterIP alone, the dual Service has
+#                                both; web-a asks kube-dns (primary), web-b kube-dns-<other>,
+#                                a Service of the other family on the CoreDNS pods
 #   kubectl-delete-frees-address the pods deleted: every address of both, their veths,
 #                                routes and rules freed
 #   kubeadm-reset                kubeadm reset -f: kubelet stopped, every pod gone, every
@@ -52,7 +56,7 @@
 # ip6tables rules kube-proxy writes are those of the private network
 # namespace: the host's are never touched.
 #
-# Usage: E2E_IP_FAMILY=ipv6|dual scripts/e2e/kubeadm6.sh /abs/path/to/bin/eni-cni
+# Usage: E2E_IP_FAMILY=ipv6|dual|dual6 scripts/e2e/kubeadm6.sh /abs/path/to/bin/eni-cni
 # (or scripts/e2e/kubeadm.sh, which comes here for those families;
 # `make test-kubeadm E2E_IP_FAMILY=...`). Env: E2E_KEEP_RUN=1 keeps the run dir;
 # KUBEADM6_SELFTEST=1 adds the self-tests (`make test` sets it on the dual run).
@@ -77,8 +81,12 @@ SVC4=10.96.0.0/16 SVC6=fd00:10:96::/112
 case $MODE in
 ipv6) FAMILIES=(ipv6) ;;
 dual) FAMILIES=(ipv4 ipv6) ;;
-*) echo "kubeadm6: E2E_IP_FAMILY=$MODE: want ipv6 or dual (ipv4 is kubeadm.sh)" >&2 && exit 2 ;;
+dual6) FAMILIES=(ipv6 ipv4) ;;
+*) echo "kubeadm6: E2E_IP_FAMILY=$MODE: want ipv6, dual or dual6 (ipv4 is kubeadm.sh)" >&2 && exit 2 ;;
 esac
+# The cluster's primary family (the first): the kubernetes and kube-dns
+# Services are single-stack in it; SECONDARY is the other one, if any.
+PRIMARY=${FAMILIES[0]} SECONDARY=${FAMILIES[1]:-}
 
 say() { printf 'kubeadm6-e2e[%s]: %s\n' "$MODE" "$*"; }
 CASE=setup CASE_T0=$EPOCHREALTIME
@@ -221,12 +229,22 @@ pod_gone() { ! k get pod "$1" >/dev/null 2>&1; }
 allocated() { alloc_json | jq -r '.allocations[] | .ip, (.ip6 // empty)'; }
 ip_free() { ! allocated | grep -qxF "$1"; }
 
-# pod_netns POD: the network namespace of the pod's sandbox.
-pod_netns() {
+# pod_sandbox POD: the ID of the pod's ready sandbox.
+pod_sandbox() {
 	local id
 	id=$(e2e_crictl pods --name "^$1\$" --namespace default --state ready -q | head -n 1)
-	[ -n "$id" ] || return 1
-	e2e_crictl inspectp -o json "$id" | jq -r '.info.runtimeSpec.linux.namespaces[] | select(.type == "network") | .path'
+	[ -n "$id" ] && echo "$id"
+}
+
+# sandbox_netns ID: the network namespace of a sandbox.
+sandbox_netns() {
+	e2e_crictl inspectp -o json "$1" | jq -r '.info.runtimeSpec.linux.namespaces[] | select(.type == "network") | .path'
+}
+
+# result_ips ID: the addresses of eni-cni's CNI result for the sandbox, in
+# the result's order (libcni's cache of the ADD result).
+result_ips() {
+	jq -r '.result.ips[].address | sub("/[0-9]+$"; "")' "/var/lib/cni/results/pods-$1-eth0" | xargs
 }
 
 # in_pod POD CMD...: CMD in the pod's network namespace (the pod's own
@@ -268,6 +286,7 @@ resolve() {
 	tr ' ' '\n' <<<"$reply" | sort | xargs
 }
 
+k8s_family() { if [ "$1" = ipv4 ]; then echo IPv4; else echo IPv6; fi; }
 svc_ips() { k get svc -n "$1" "$2" -o jsonpath='{.spec.clusterIPs[*]}' 2>/dev/null; }
 svc_ip_of() {
 	local ip
@@ -315,6 +334,8 @@ wait_for 90 node_ready "$NODE" || fail "node not Ready 90 s after eni-cni instal
 READY_S=$(e2e_since "$t0")
 pass "Ready ${READY_S}s after eni-cni install"
 
+saver() { if [ "$1" = ipv4 ]; then echo iptables-save; else echo ip6tables-save; fi; }
+
 # kube_services_in TOOL SVCIP: kube-proxy's rules for a ClusterIP in
 # iptables (TOOL iptables-save) or ip6tables (ip6tables-save).
 kube_services_in() {
@@ -332,17 +353,17 @@ show k get pods -n kube-system -o wide
 mode=$(curl -s --max-time 5 http://127.0.0.1:10249/proxyMode || curl -g -s --max-time 5 'http://[::1]:10249/proxyMode') ||
 	fail "kube-proxy's /proxyMode did not answer (127.0.0.1 nor [::1])"
 [ "$mode" = iptables ] || fail "kube-proxy runs in '$mode' mode, want iptables"
-API6=$(svc_ip_of default kubernetes ipv6) API4=$(svc_ip_of default kubernetes ipv4)
-DNS6=$(svc_ip_of kube-system kube-dns ipv6) DNS4=$(svc_ip_of kube-system kube-dns ipv4)
-if [ "$MODE" = ipv6 ]; then
-	[ -n "$API6" ] && [ -z "$API4" ] || fail "kubernetes Service has ClusterIPs '$(svc_ips default kubernetes)', want one IPv6"
-	wait_for 10 kube_services_in ip6tables-save "$API6" || fail "no ip6tables KUBE-SERVICES rule for the kubernetes Service $API6"
-	rules="ip6tables ($API6)"
-else
-	[ -n "$API4" ] || fail "kubernetes Service has ClusterIPs '$(svc_ips default kubernetes)', want the IPv4 primary"
-	wait_for 10 kube_services_in iptables-save "$API4" || fail "no iptables KUBE-SERVICES rule for $API4"
-	grep -q -- '-A KUBE-SERVICES' <<<"$(ip6tables-save -t nat)" || fail "no ip6tables KUBE-SERVICES chain: kube-proxy is not dual-stack"
-	rules="iptables ($API4) and ip6tables"
+API=$(svc_ips default kubernetes) DNS=$(svc_ips kube-system kube-dns)
+[ "$(fam_of "$API")" = "$PRIMARY" ] && [[ $API != *" "* ]] ||
+	fail "kubernetes Service has ClusterIPs '$API', want one of the primary family $PRIMARY"
+[ "$(fam_of "$DNS")" = "$PRIMARY" ] && [[ $DNS != *" "* ]] ||
+	fail "kube-dns Service has ClusterIPs '$DNS', want one of the primary family $PRIMARY"
+wait_for 10 kube_services_in "$(saver "$PRIMARY")" "$API" || fail "no $(saver "$PRIMARY") KUBE-SERVICES rule for the kubernetes Service $API"
+rules="$(saver "$PRIMARY" | sed 's/-save//') ($API)"
+if [ -n "$SECONDARY" ]; then
+	grep -q -- '-A KUBE-SERVICES' <<<"$("$(saver "$SECONDARY")" -t nat)" ||
+		fail "no KUBE-SERVICES chain in $(saver "$SECONDARY"): kube-proxy is not dual-stack"
+	rules+=" and $(saver "$SECONDARY" | sed 's/-save//')"
 fi
 for p in $(k get pods -n kube-system -l k8s-app=kube-dns -o jsonpath='{.items[*].metadata.name}'); do
 	# shellcheck disable=SC2046 # one word per address
@@ -352,24 +373,26 @@ pass "${ADDONS_S}s; kube-proxy in iptables mode, the Services in $rules; CoreDNS
 
 begin pods-run
 show k taint nodes --all node-role.kubernetes.io/control-plane- || fail "kubectl taint failed"
-declare -A POD_IP NETNS
-if [ "$MODE" = dual ]; then
-	# CoreDNS over IPv6 too: a Service of that family on the CoreDNS pods
-	# (kubeadm's kube-dns is single-stack on the primary family), for web-b.
-	k apply -f - >/dev/null <<EOF || fail "creating Service kube-dns-v6 failed"
+declare -A POD_IP NETNS RESOLVER ASKER DUAL
+# Who asks CoreDNS over which family: web-a through kube-dns (primary).
+RESOLVER[$PRIMARY]=$DNS ASKER[$PRIMARY]=web-a
+if [ -n "$SECONDARY" ]; then
+	# CoreDNS over the other family too: a Service of that family on the
+	# CoreDNS pods (kube-dns is single-stack), which web-b alone asks.
+	k apply -f - >/dev/null <<EOF || fail "creating Service kube-dns-$SECONDARY failed"
 apiVersion: v1
 kind: Service
-metadata: {name: kube-dns-v6, namespace: kube-system}
+metadata: {name: kube-dns-$SECONDARY, namespace: kube-system}
 spec:
   ipFamilyPolicy: SingleStack
-  ipFamilies: [IPv6]
+  ipFamilies: [$(k8s_family "$SECONDARY")]
   selector: {k8s-app: kube-dns}
   ports:
   - {name: dns, port: 53, protocol: UDP, targetPort: 53}
   - {name: dns-tcp, port: 53, protocol: TCP, targetPort: 53}
 EOF
-	DNS6=$(svc_ip_of kube-system kube-dns-v6 ipv6)
-	[ -n "$DNS6" ] || fail "Service kube-dns-v6 got no IPv6 ClusterIP ($(svc_ips kube-system kube-dns-v6))"
+	RESOLVER[$SECONDARY]=$(svc_ip_of kube-system "kube-dns-$SECONDARY" "$SECONDARY") ASKER[$SECONDARY]=web-b
+	[ -n "${RESOLVER[$SECONDARY]}" ] || fail "Service kube-dns-$SECONDARY got no $SECONDARY ClusterIP ($(svc_ips kube-system "kube-dns-$SECONDARY"))"
 	# Both families' Services to the API server.
 	k apply -f - >/dev/null <<EOF || fail "creating Service api-dual failed"
 apiVersion: v1
@@ -377,16 +400,14 @@ kind: Service
 metadata: {name: api-dual, namespace: kube-system}
 spec:
   ipFamilyPolicy: RequireDualStack
-  ipFamilies: [IPv4, IPv6]
+  ipFamilies: [$(k8s_family "$PRIMARY"), $(k8s_family "$SECONDARY")]
   selector: {component: kube-apiserver, tier: control-plane}
   ports: [{name: https, port: 443, protocol: TCP, targetPort: 6443}]
 EOF
 fi
 t0=$EPOCHREALTIME
 show web_pod web-a || fail "creating pod web-a failed"
-nameserver=""
-[ "$MODE" = ipv6 ] || nameserver=$DNS6 # dual: web-b asks CoreDNS over IPv6
-show web_pod web-b "$nameserver" || fail "creating pod web-b failed"
+show web_pod web-b "${SECONDARY:+${RESOLVER[$SECONDARY]}}" || fail "creating pod web-b failed"
 for p in web-a web-b; do
 	wait_for 120 pod_ready "$p" || fail "pod $p not Ready within 120 s"
 done
@@ -398,12 +419,18 @@ for p in web-a web-b; do
 	# shellcheck disable=SC2086 # one word per address
 	check_pod_ips "pod $p (status.podIPs)" ${POD_IP[$p]}
 	[ "$(k get pod "$p" -o jsonpath='{.status.podIP}')" = "${POD_IP[$p]%% *}" ] || fail "$p: status.podIP is not the first of podIPs"
-	got=$(jq -r --arg ns default --arg p "$p" '.allocations[] | select(.podNamespace == $ns and .podName == $p) | [.ip, (.ip6 // empty)] | join(" ")' <<<"$LIST")
-	[ "$got" = "${POD_IP[$p]}" ] || fail "eni-cni list has '$got' for default/$p, want ${POD_IP[$p]}"
-	NETNS[$p]=$(pod_netns "$p") || fail "no sandbox netns for $p"
+	# eni-cni list names the addresses by family (ip, ip6), in no order.
+	got=$(jq -r --arg ns default --arg p "$p" '.allocations[] | select(.podNamespace == $ns and .podName == $p) | .ip, (.ip6 // empty)' <<<"$LIST" | sort | xargs)
+	[ "$got" = "$(xargs -n1 <<<"${POD_IP[$p]}" | sort | xargs)" ] || fail "eni-cni list has '$got' for default/$p, want ${POD_IP[$p]}"
+	id=$(pod_sandbox "$p") || fail "no ready sandbox for $p"
+	NETNS[$p]=$(sandbox_netns "$id") || fail "no netns for $p's sandbox $id"
+	# The CNI result's own order: the configured one (kubelet orders
+	# status.podIPs by the node's primary family whatever the result says).
+	got=$(result_ips "$id") || fail "no cached CNI result for $p's sandbox $id"
+	[ "$got" = "${POD_IP[$p]}" ] || fail "$p's CNI result lists $got, want ${POD_IP[$p]} (ipFamilies $IP_FAMILIES)"
 done
 show eni list
-pass "both Running ${POD_S}s after creation; podIPs web-a ${POD_IP[web-a]}, web-b ${POD_IP[web-b]} (order ${FAMILIES[*]}); eni-cni list agrees"
+pass "both Running ${POD_S}s after creation; podIPs web-a ${POD_IP[web-a]}, web-b ${POD_IP[web-b]} (order ${FAMILIES[*]}); the CNI results and eni-cni list agree"
 
 # addr_of POD FAMILY: the pod's address of that family.
 addr_of() {
@@ -437,42 +464,40 @@ api_from_pod() {
 }
 
 # check_api_service F: web-a reaches the API server through the Service
-# ClusterIPs of family F (ipv6: kubernetes's; dual: kubernetes (IPv4) and
-# api-dual's of F).
+# ClusterIPs of family F: the kubernetes Service's (primary family) and,
+# in dual-stack, api-dual's of F.
 check_api_service() {
-	if [ "$MODE" = ipv6 ]; then
-		api_from_pod "$API6"
-		MSG="web-a reaches the API server through the kubernetes Service's IPv6 ClusterIP $API6 (/version: $KUBE_VER)"
-	elif [ "$1" = ipv4 ]; then
-		api_from_pod "$API4"
-		api_from_pod "$DUAL4"
-		MSG="web-a reaches the API server through the kubernetes Service $API4 and api-dual's IPv4 ClusterIP $DUAL4"
-	else
-		api_from_pod "$DUAL6"
-		MSG="web-a reaches the API server through api-dual's IPv6 ClusterIP $DUAL6 (RequireDualStack: $DUAL4 $DUAL6)"
+	local via=()
+	if [ "$1" = "$PRIMARY" ]; then
+		api_from_pod "$API"
+		via+=("the kubernetes Service's ClusterIP $API")
 	fi
+	if [ -n "$SECONDARY" ]; then
+		api_from_pod "${DUAL[$1]}"
+		via+=("api-dual's ${DUAL[$1]} (RequireDualStack: $(svc_ips kube-system api-dual))")
+	fi
+	MSG="web-a reaches the API server (/version $KUBE_VER) through $(printf '%s and ' "${via[@]}" | sed 's/ and $//')"
 }
 
-# check_dns F: a pod resolves through a CoreDNS Service of family F (its
-# own resolver, A and AAAA). ipv6: web-a through kube-dns (IPv6);
-# dual: web-a through kube-dns (IPv4), web-b through kube-dns-v6.
+# check_dns F: a pod resolves through a CoreDNS Service of family F with
+# its own resolver (Go's, asking A and AAAA): web-a through kube-dns (the
+# primary family, kubelet's clusterDNS), web-b through kube-dns-<secondary>.
+# kubernetes.default is the primary family's ClusterIP alone; api-dual (in
+# dual-stack) has both.
 check_dns() {
-	local p=web-a ns=$DNS4 got got4 want
-	if [ "$MODE" = ipv6 ]; then
-		grep -A3 '^clusterDNS:' /var/lib/kubelet/config.yaml | grep -qxF -- "- $DNS6" ||
-			fail "kubelet's clusterDNS is not kube-dns's IPv6 ClusterIP $DNS6: $(grep -A2 clusterDNS /var/lib/kubelet/config.yaml)"
-		got=$(resolve web-a kubernetes.default.svc.cluster.local) || fail "web-a could not resolve kubernetes.default"
-		[ "$got" = "$API6" ] || fail "web-a resolved kubernetes.default to '$got', want $API6 alone (AAAA; no A)"
-		MSG="web-a (resolver $DNS6, kube-dns's IPv6 ClusterIP) resolves kubernetes.default to $got (AAAA, no A)"
-		return
+	local p=${ASKER[$1]} ns=${RESOLVER[$1]} got want
+	if [ "$1" = "$PRIMARY" ]; then
+		grep -A3 '^clusterDNS:' /var/lib/kubelet/config.yaml | grep -qxF -- "- $ns" ||
+			fail "kubelet's clusterDNS is not kube-dns's ClusterIP $ns: $(grep -A2 clusterDNS /var/lib/kubelet/config.yaml)"
 	fi
-	[ "$1" = ipv4 ] || p=web-b ns=$DNS6
-	want=$(printf '%s\n' "$DUAL4" "$DUAL6" | sort | xargs)
+	got=$(resolve "$p" kubernetes.default.svc.cluster.local) || fail "$p could not resolve kubernetes.default (resolver $ns)"
+	[ "$got" = "$API" ] || fail "$p (resolver $ns) resolved kubernetes.default to '$got', want $API alone"
+	MSG="$p (resolver $ns, CoreDNS over $1) resolves kubernetes.default to $got alone"
+	[ -n "$SECONDARY" ] || return 0
+	want=$(printf '%s\n' "${DUAL[@]}" | sort | xargs)
 	got=$(resolve "$p" api-dual.kube-system.svc.cluster.local) || fail "$p could not resolve api-dual.kube-system (resolver $ns)"
 	[ "$got" = "$want" ] || fail "$p (resolver $ns) resolved api-dual.kube-system to '$got', want $want (A and AAAA)"
-	got4=$(resolve "$p" kubernetes.default.svc.cluster.local) || fail "$p could not resolve kubernetes.default (resolver $ns)"
-	[ "$got4" = "$API4" ] || fail "$p resolved kubernetes.default to '$got4', want $API4 (A alone)"
-	MSG="$p (resolver $ns, CoreDNS over $1) resolves api-dual.kube-system to $got (A and AAAA) and kubernetes.default to $got4"
+	MSG+=" and api-dual.kube-system to $got (A and AAAA)"
 }
 
 # KUBEADM6_SELFTEST=1: proof that the checks can fail, and for the family
@@ -521,17 +546,18 @@ selftests() {
 	done
 }
 
-if [ "$MODE" = dual ]; then
+if [ -n "$SECONDARY" ]; then
 	api_dual_ready() {
 		[ "$(svc_ips kube-system api-dual | wc -w)" = 2 ] &&
 			[ "$(k get endpointslices -n kube-system -l kubernetes.io/service-name=api-dual -o jsonpath='{range .items[*]}{.addressType}{" "}{end}' | xargs -n1 | sort | xargs)" = "IPv4 IPv6" ]
 	}
 	wait_for 30 api_dual_ready || fail "Service api-dual: ClusterIPs '$(svc_ips kube-system api-dual)', endpoint slices $(k get endpointslices -n kube-system -l kubernetes.io/service-name=api-dual -o wide 2>&1)"
-	DUAL4=$(svc_ip_of kube-system api-dual ipv4) DUAL6=$(svc_ip_of kube-system api-dual ipv6)
 	# kube-proxy's rules for it first: a SYN sent before them goes to the
 	# default route (nowhere) and curl's retries would hide the wait.
-	wait_for 30 kube_services_in iptables-save "$DUAL4" || fail "no iptables KUBE-SERVICES rule for api-dual's $DUAL4"
-	wait_for 30 kube_services_in ip6tables-save "$DUAL6" || fail "no ip6tables KUBE-SERVICES rule for api-dual's $DUAL6"
+	for f in "${FAMILIES[@]}"; do
+		DUAL[$f]=$(svc_ip_of kube-system api-dual "$f")
+		wait_for 30 kube_services_in "$(saver "$f")" "${DUAL[$f]}" || fail "no $(saver "$f") KUBE-SERVICES rule for api-dual's ${DUAL[$f]}"
+	done
 fi
 for c in pod-to-pod api-service dns; do
 	for f in "${FAMILIES[@]}"; do
