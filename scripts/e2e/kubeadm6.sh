@@ -70,7 +70,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=kubeadm-lib.sh
 . "$here/kubeadm-lib.sh"
 
-ENI_BIN=$(realpath "${1:?usage: E2E_IP_FAMILY=ipv6|dual kubeadm6.sh /path/to/eni-cni}")
+ENI_BIN=$(realpath "${1:?usage: E2E_IP_FAMILY=ipv6|dual|dual6 kubeadm6.sh /path/to/eni-cni}")
 MODE=${E2E_IP_FAMILY:-ipv6}
 NODE=kadm-node
 NODE_IP4=10.199.0.10 NODE_GW4=10.199.0.1 # the gateways never answer: nothing leaves
