@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/cmdline"
 	"github.com/eni-cni/eni-cni/install"
 	"github.com/eni-cni/eni-cni/netconf"
@@ -108,6 +109,42 @@ func TestRenderStaticConflistWithPortmap(t *testing.T) {
 	}
 }
 
+func TestRenderIPv6AndDualStackConflists(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []alloc.Family
+	}{
+		{[]string{"--ranges", "fd00:10:244:1::/64", "--ip-families", "ipv6"}, []alloc.Family{alloc.IPv6}},
+		{[]string{"--ranges", "10.244.1.0/24,fd00:10:244:1::10-fd00:10:244:1::30", "--ip-families", "ipv4,ipv6"}, []alloc.Family{alloc.IPv4, alloc.IPv6}},
+		{[]string{"--ranges", "10.244.1.0/24,fd00:10:244:1::/64", "--ip-families", "IPv6", "--ip-families", "ipv4"}, []alloc.Family{alloc.IPv6, alloc.IPv4}},
+	} {
+		data, err := renderArgs(t, tc.args...)
+		if err != nil {
+			t.Errorf("%v: %v", tc.args, err)
+			continue
+		}
+		conf, err := netconf.PluginConfFrom(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := netconf.Parse(conf)
+		if err != nil {
+			t.Fatalf("%v: the plugin refuses what install wrote: %v\n%s", tc.args, err, data)
+		}
+		if !reflect.DeepEqual(cfg.Families, tc.want) || cfg.Provider != netconf.Static {
+			t.Errorf("%v: families %v (pool %q), want %v\n%s", tc.args, cfg.Families, cfg.Provider, tc.want, data)
+		}
+	}
+	// A family given is written as given, even the default.
+	data, err := renderArgs(t, "--ranges", "10.244.1.0/24", "--ip-families", "ipv4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), `"ipFamilies": [`) {
+		t.Errorf("a given --ip-families ipv4 is not written:\n%s", data)
+	}
+}
+
 func TestRenderRefusesBadFlags(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -127,6 +164,11 @@ func TestRenderRefusesBadFlags(t *testing.T) {
 		{[]string{"--pool", "ec2", "--state-dir", "var/lib/x"}, "not an absolute path"},
 		{[]string{"--pool", "ec2", "--log-level", "loud"}, "logLevel"},
 		{[]string{"--pool", "ec2", "--cni-version", "2.0.0"}, "cniVersion"},
+		{[]string{"--ranges", "fd00::/64"}, "--ranges fd00::/64 is IPv6 but --ip-families is ipv4"},
+		{[]string{"--ranges", "10.0.0.0/24", "--ip-families", "ipv6"}, "--ranges 10.0.0.0/24 is IPv4 but --ip-families is ipv6"},
+		{[]string{"--ranges", "10.0.0.0/24", "--ip-families", "ipv4,ipv6"}, "--ip-families has ipv6 but --ranges has no IPv6 range"},
+		{[]string{"--ranges", "fd00::10-fd00::1", "--ip-families", "ipv6"}, "pool.ranges"},
+		{[]string{"--ranges", "fd00::/129", "--ip-families", "ipv6"}, "pool.ranges"},
 	} {
 		_, err := renderArgs(t, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -135,6 +177,7 @@ func TestRenderRefusesBadFlags(t *testing.T) {
 	}
 	for _, args := range [][]string{
 		{"--warm-ip-target", "-1"}, {"--tags", "novalue"}, {"--snat=maybe"},
+		{"--ip-families", "ipv5"}, {"--ip-families", "ipv6,ipv6"}, {"--ip-families", ","},
 		{"--pool", "ec2", "--conflist", "x.conflist"}, {"--example-conflist", "--pool", "ec2"}, {"extra"},
 	} {
 		if _, err := parseInstall(args, io.Discard); !errors.Is(err, cmdline.ErrUsage) {

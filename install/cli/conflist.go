@@ -6,9 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/netconf"
 )
 
@@ -18,6 +20,7 @@ import (
 type conflistFlags struct {
 	network, cniVersion, pool string
 	ranges, securityGroups    listFlag
+	ipFamilies                familiesFlag
 	excludeIPs                listFlag
 	tags                      tagsFlag
 	warmIPTarget, minIPTarget optInt
@@ -34,7 +37,8 @@ func (c *conflistFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.network, "network", "pods", "network name of the conflist")
 	fs.StringVar(&c.cniVersion, "cni-version", "1.0.0", "cniVersion of the conflist (containerd 1.6 rejects 1.1.0; 1.1.0 adds STATUS and GC)")
 	fs.StringVar(&c.pool, "pool", "", "pool source: ec2 (the node's ENI addresses) or static (--ranges)")
-	fs.Var(&c.ranges, "ranges", "static pool: comma-separated CIDRs and first-last spans")
+	fs.Var(&c.ranges, "ranges", "static pool: comma-separated CIDRs and first-last spans, IPv4 or IPv6")
+	fs.Var(&c.ipFamilies, "ip-families", "families each pod gets one address of, in the result's order: ipv4 (default), ipv6, or ipv4,ipv6 (dual-stack)")
 	fs.Var(&c.warmIPTarget, "warm-ip-target", "ec2: free addresses warm keeps ready")
 	fs.Var(&c.minIPTarget, "minimum-ip-target", "ec2: addresses kept in the pool whatever the use")
 	fs.Var(&c.maxENIs, "max-enis", "ec2: ENIs eni-cni may have attached, primary included")
@@ -54,7 +58,7 @@ func (c *conflistFlags) register(fs *flag.FlagSet) {
 
 // generating names the flags that mean "write a conflist".
 var generating = map[string]bool{
-	"network": true, "cni-version": true, "pool": true, "ranges": true, "warm-ip-target": true,
+	"network": true, "cni-version": true, "pool": true, "ranges": true, "ip-families": true, "warm-ip-target": true,
 	"minimum-ip-target": true, "max-enis": true, "prefix-delegation": true, "subnet-id": true,
 	"security-group-ids": true, "tags": true, "exclude-ips": true, "add-wait-seconds": true, "mtu": true,
 	"snat": true, "state-dir": true, "log-file": true, "log-level": true,
@@ -66,13 +70,14 @@ var ec2Only = []string{"warm-ip-target", "minimum-ip-target", "max-enis", "prefi
 
 // genPlugin is eni-cni's entry, in the order a person reads it.
 type genPlugin struct {
-	Type     string  `json:"type"`
-	StateDir string  `json:"stateDir,omitempty"`
-	MTU      *int    `json:"mtu,omitempty"`
-	Pool     genPool `json:"pool"`
-	SNAT     *bool   `json:"snat,omitempty"`
-	LogFile  string  `json:"logFile,omitempty"`
-	LogLevel string  `json:"logLevel,omitempty"`
+	Type       string   `json:"type"`
+	StateDir   string   `json:"stateDir,omitempty"`
+	MTU        *int     `json:"mtu,omitempty"`
+	IPFamilies []string `json:"ipFamilies,omitempty"`
+	Pool       genPool  `json:"pool"`
+	SNAT       *bool    `json:"snat,omitempty"`
+	LogFile    string   `json:"logFile,omitempty"`
+	LogLevel   string   `json:"logLevel,omitempty"`
 }
 
 type genPool struct {
@@ -148,8 +153,11 @@ func (c *conflistFlags) render(set map[string]bool, withPortmap bool) ([]byte, e
 			return nil, fmt.Errorf("%w: --exclude-ips: %q is not an address or CIDR", errFlags, ip)
 		}
 	}
+	if err := c.checkRangeFamilies(); err != nil {
+		return nil, err
+	}
 	p := genPlugin{
-		Type: netconf.PluginType, StateDir: c.stateDir, MTU: c.mtu.ptr(), SNAT: c.snat.ptr(),
+		Type: netconf.PluginType, StateDir: c.stateDir, MTU: c.mtu.ptr(), SNAT: c.snat.ptr(), IPFamilies: c.ipFamilies,
 		LogFile: c.logFile, LogLevel: c.logLevel,
 		Pool: genPool{
 			Source: src, Ranges: c.ranges, WarmIPTarget: c.warmIPTarget.ptr(), MinimumIPTarget: c.minIPTarget.ptr(),
@@ -170,6 +178,58 @@ func (c *conflistFlags) render(set map[string]bool, withPortmap bool) ([]byte, e
 		return nil, err
 	}
 	return data, nil
+}
+
+// checkRangeFamilies says in flags what the plugin's parser would say in
+// conflist keys: each range's family must be one of --ip-families, and
+// each family needs a range.
+func (c *conflistFlags) checkRangeFamilies() error {
+	if len(c.ranges) == 0 {
+		return nil
+	}
+	fams := c.ipFamilies
+	if len(fams) == 0 {
+		fams = familiesFlag{"ipv4"}
+	}
+	has := map[string]bool{}
+	for _, r := range c.ranges {
+		f := rangeFamily(r)
+		if f == "" {
+			continue // not an address: the parser names what is wrong with it
+		}
+		if !slices.Contains(fams, f) {
+			return fmt.Errorf("%w: --ranges %s is %s but --ip-families is %s (dual-stack: --ip-families ipv4,ipv6)", errFlags, r, familyName(f), fams.String())
+		}
+		has[f] = true
+	}
+	for _, f := range fams {
+		if !has[f] {
+			return fmt.Errorf("%w: --ip-families has %s but --ranges has no %s range (each pod gets one address of each family)", errFlags, f, familyName(f))
+		}
+	}
+	return nil
+}
+
+// rangeFamily is "ipv4" or "ipv6" for a CIDR or first-last span, "" if its
+// first address does not parse.
+func rangeFamily(spec string) string {
+	first, _, _ := strings.Cut(spec, "-")
+	first, _, _ = strings.Cut(first, "/")
+	a, err := netip.ParseAddr(strings.TrimSpace(first))
+	switch {
+	case err != nil:
+		return ""
+	case a.Is4():
+		return "ipv4"
+	}
+	return "ipv6"
+}
+
+func familyName(f string) string {
+	if f == "ipv6" {
+		return "IPv6"
+	}
+	return "IPv4"
 }
 
 // checkConflist validates a conflist as the plugin would read it.
@@ -202,6 +262,29 @@ func (l *listFlag) Set(s string) error {
 		if v = strings.TrimSpace(v); v != "" {
 			*l = append(*l, v)
 		}
+	}
+	return nil
+}
+
+// familiesFlag is --ip-families: one or two distinct families.
+type familiesFlag []string
+
+func (f *familiesFlag) String() string { return strings.Join(*f, ",") }
+func (f *familiesFlag) Set(s string) error {
+	var l listFlag
+	_ = l.Set(s)
+	for _, v := range l {
+		v = strings.ToLower(v)
+		if _, err := alloc.ParseFamily(v); err != nil {
+			return err
+		}
+		if slices.Contains(*f, v) {
+			return fmt.Errorf("%s given twice", v)
+		}
+		*f = append(*f, v)
+	}
+	if len(*f) == 0 {
+		return fmt.Errorf("want ipv4, ipv6 or ipv4,ipv6")
 	}
 	return nil
 }

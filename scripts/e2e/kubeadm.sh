@@ -49,12 +49,21 @@
 # Root; after scripts/install-test-deps.sh --with-kubeadm (`make test-kubeadm`).
 # Holds lib.sh's host lock (one kubelet per machine).
 # Env: E2E_KEEP_RUN=1 keeps the run dir (logs, the overlays' upper layers).
+#   E2E_IP_FAMILY=ipv6|dual|dual6 runs kubeadm6.sh: the cluster in IPv6
+#   single-stack or dual-stack (ipv4, the default, is this script).
 #   E2E_CLUSTER_HOOK=/path/to/exe runs it after the checks, before teardown,
 #   in the node's namespaces with KUBECONFIG (admin.conf) and E2E_SOCK
 #   exported (e.g. scripts/e2e/conformance.sh); its failure fails the run.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# E2E_IP_FAMILY=ipv6|dual|dual6: the same quick start on a cluster of
+# that family (dual6: dual-stack, IPv6 first), checks per family (kubeadm6.sh).
+case ${E2E_IP_FAMILY:-ipv4} in
+ipv4) ;;
+ipv6 | dual | dual6) exec bash "$here/kubeadm6.sh" "$@" ;;
+*) echo "kubeadm-e2e: E2E_IP_FAMILY=$E2E_IP_FAMILY: want ipv4, ipv6, dual or dual6" >&2 && exit 2 ;;
+esac
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$here/lib.sh"
 # shellcheck source-path=SCRIPTDIR source=kubelet-lib.sh
