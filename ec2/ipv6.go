@@ -67,6 +67,12 @@ func (w *Warmer) fill6(ctx context.Context) (short bool, err error) {
 	return false, nil
 }
 
+// lacksPrefix reports whether fill6 would ask EC2 for a prefix.
+func (w *Warmer) lacksPrefix(src *section.EC2) bool {
+	e, ok := src.PrimaryENI()
+	return w.Cfg.IPv6 && ok && len(e.IPv6Prefixes) == 0
+}
+
 // explainIPv6 names the usual cause of a refused prefix: the subnet has
 // no IPv6 block (IMDS says so for free, whatever EC2's code for it).
 func (w *Warmer) explainIPv6(ctx context.Context, e section.ENI, err error) error {

@@ -7,11 +7,13 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	ec2sdk "github.com/aws/aws-sdk-go-v2/service/ec2"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/alloc/allocfake"
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
 	"github.com/eni-cni/eni-cni/ec2/section"
 )
@@ -150,5 +152,25 @@ func TestWarmIPv4IgnoresIPv6Prefix(t *testing.T) {
 		if !a.IP.Is4() {
 			t.Errorf("pod got %s", a.IP)
 		}
+	}
+}
+
+// A store lost on a node whose primary ENI holds the /80 (the state file
+// deleted, a fresh disk): the first pass, started by an ADD waiting on the
+// dry pool, takes the /80 EC2 lists back instead of asking for a second
+// one, which nothing would ever give back (one more /80 each time).
+func TestWarmIPv6LostStoreTakesThePrefixBack(t *testing.T) {
+	e := newEnv6(t, subnet6)
+	e.warm(t)
+	had := e.fake.PrimaryENI().IPv6Prefixes
+	e.st = allocfake.NewStore()
+	e.mgr.Store = e.st
+	e.demand(t, 1, time.Minute)
+	e.warm(t)
+	_, _, src := e.counts(t)
+	primary, _ := src.PrimaryENI()
+	if n := e.fake.Calls()["AssignIpv6Addresses"]; n != 1 || len(primary.IPv6Prefixes) != 1 || primary.IPv6Prefixes[0].Prefix.String() != had[0] {
+		t.Errorf("%d AssignIpv6Addresses calls, EC2 has %v, the store %+v: want the one /80 %v taken back",
+			n, e.fake.PrimaryENI().IPv6Prefixes, primary.IPv6Prefixes, had)
 	}
 }

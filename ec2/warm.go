@@ -235,7 +235,10 @@ func (w *Warmer) pass(ctx context.Context, inst *section.Instance) (short bool, 
 	// the end: they must not keep the pool from being filled.
 	waiting := v.st.Waiting(w.now()) > 0
 	why := w.describeReason(v.src, drift)
-	checkLater := waiting && why == reasonHourly
+	// A network of IPv6 whose store has no prefix (a fresh or lost store)
+	// reads EC2 first all the same: the primary ENI may hold the /80 an
+	// earlier store recorded, and fill6 would ask for another each time.
+	checkLater := waiting && why == reasonHourly && !w.lacksPrefix(v.src)
 	if why != "" && !checkLater {
 		if err := w.resync(ctx, why, drift); err != nil {
 			return false, err
