@@ -199,7 +199,7 @@ func discoverENI(ctx context.Context, md Metadata, mac string, known *section.EN
 	}
 	for _, v := range prefixes6 {
 		p, err := netip.ParsePrefix(v)
-		if err != nil || !p.Addr().Is6() || p.Addr().Is4In6() {
+		if err != nil || !section.Delegated6(p) {
 			return e, fmt.Errorf("%w: %s ipv6-prefix entry %q", ErrIMDS, mac, v)
 		}
 		e.IPv6Prefixes = append(e.IPv6Prefixes, p.Masked())

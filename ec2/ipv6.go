@@ -54,9 +54,14 @@ func (w *Warmer) fill6(ctx context.Context) (short bool, err error) {
 	fault.Point("warm:after-assign-before-record")
 	var prefixes []netip.Prefix
 	for _, s := range out.AssignedIpv6Prefixes {
-		if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is6() {
+		if p, err := netip.ParsePrefix(s); err == nil && section.Delegated6(p) {
 			prefixes = append(prefixes, p.Masked())
 		}
+	}
+	if len(prefixes) == 0 {
+		// The dirty mark stays: the next pass reads EC2's truth before
+		// asking again.
+		return false, fmt.Errorf("assign an IPv6 prefix to %s: EC2 replied %q, no IPv6 /%d", e.ID, out.AssignedIpv6Prefixes, section.IPv6PrefixLen)
 	}
 	if err := w.record6(ctx, e.ID, prefixes); err != nil {
 		return false, err

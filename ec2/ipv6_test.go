@@ -174,3 +174,39 @@ func TestWarmIPv6LostStoreTakesThePrefixBack(t *testing.T) {
 			n, e.fake.PrimaryENI().IPv6Prefixes, primary.IPv6Prefixes, had)
 	}
 }
+
+// replyAs6 is an EC2 whose AssignIpv6Addresses reply names prefix
+// instead of the /80 it delegated.
+type replyAs6 struct {
+	API
+	prefix string
+}
+
+func (r replyAs6) AssignIpv6Addresses(ctx context.Context, in *ec2sdk.AssignIpv6AddressesInput, o ...func(*ec2sdk.Options)) (*ec2sdk.AssignIpv6AddressesOutput, error) {
+	out, err := r.API.AssignIpv6Addresses(ctx, in, o...)
+	if err == nil {
+		out.AssignedIpv6Prefixes = []string{r.prefix}
+	}
+	return out, err
+}
+
+// A reply naming anything but an IPv6 /80 is not recorded: a mapped IPv4
+// prefix or a /128 saved made a state file its next load refuses (every
+// ADD failing until a repair), a ::/0 or /64 a pool of addresses EC2
+// routes nowhere. The pass fails saying so and leaves the store loadable.
+func TestWarmIPv6ReplyNotA80(t *testing.T) {
+	for _, reply := range []string{"::ffff:10.0.0.0/104", "2600:1f18:abcd:1200::/128", "::/0", "2600:1f18:abcd:1200::/64", "10.0.0.0/28"} {
+		e := newEnv6(t, subnet6)
+		e.w.API = replyAs6{e.w.API, reply}
+		if err := e.w.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "no IPv6 /80") {
+			t.Errorf("%s: warm: %v, want the reply refused", reply, err)
+		}
+		st, _, err := e.mgr.Snapshot(context.Background())
+		if err != nil {
+			t.Fatalf("%s: load: %v", reply, err)
+		}
+		if src := sectionOf(st); src.HasIPv6() || !src.Dirty {
+			t.Errorf("%s: the store has IPv6 %v, dirty %v: want no prefix, and EC2 read on the next pass", reply, src.HasIPv6(), src.Dirty)
+		}
+	}
+}

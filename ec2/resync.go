@@ -181,7 +181,9 @@ func (w *Warmer) attachedFrom(ctx context.Context, ni *types.NetworkInterface, s
 		if err != nil || !pfx.Addr().Is6() {
 			return attached{}, fmt.Errorf("describe %s: bad IPv6 prefix %q", e.ID, aws.ToString(p.Ipv6Prefix))
 		}
-		a.prefixes6 = append(a.prefixes6, pfx.Masked())
+		if section.Delegated6(pfx) { // anything else is no pool of pods
+			a.prefixes6 = append(a.prefixes6, pfx.Masked())
+		}
 	}
 	e.Secondary, e.Prefixes = len(a.ips), a.prefixes
 	a.state = e

@@ -16,6 +16,16 @@ import (
 // IPv6PrefixLen is the length of the IPv6 prefixes EC2 delegates to ENIs.
 const IPv6PrefixLen = 80
 
+// Delegated6 reports whether p is a prefix EC2 delegates for pods: an
+// IPv6 /80, never an IPv4-mapped one. Every writer of IPv6Prefixes (the
+// assign reply, Describe, IMDS) checks it: a /128 or a mapped IPv4 prefix
+// saved is a state file Validate refuses on the next load (every command
+// failing until a repair), and a ::/0 or /64 a pool of addresses EC2
+// routes nowhere near this ENI.
+func Delegated6(p netip.Prefix) bool {
+	return p.IsValid() && p.Addr().Is6() && !p.Addr().Is4In6() && p.Bits() == IPv6PrefixLen
+}
+
 // prefix6 is a usable prefix with its ENI.
 type prefix6 struct {
 	p   netip.Prefix
