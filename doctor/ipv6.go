@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 )
@@ -38,7 +39,10 @@ func checkIPv6(ctx context.Context, e *Env, info *instanceInfo) Result {
 	if err != nil || len(out.InstanceTypes) != 1 {
 		return warn(name, "check that EC2 is reachable", "subnet %s has IPv6 block %s; could not read instance type %s: %v", info.Subnet, blocks, info.Type, err)
 	}
-	if hv := out.InstanceTypes[0].Hypervisor; hv != types.InstanceTypeHypervisorNitro {
+	// A bare-metal type names no hypervisor, and is of the Nitro system
+	// all the same (m5.metal, c5.metal): prefixes are delegated to it.
+	it := out.InstanceTypes[0]
+	if hv := it.Hypervisor; hv != types.InstanceTypeHypervisorNitro && !aws.ToBool(it.BareMetal) {
 		return fail(name, "run the node on an instance type of the Nitro system (m5, c5, t3 and later)",
 			"instance type %s runs on hypervisor %q: EC2 delegates IPv6 prefixes to Nitro instances only", info.Type, hv)
 	}

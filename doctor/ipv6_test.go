@@ -4,6 +4,10 @@ import (
 	"context"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+
 	eniec2 "github.com/eni-cni/eni-cni/ec2"
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
 )
@@ -46,4 +50,33 @@ func TestIPv6Check(t *testing.T) {
 	}
 	e := ec2Env(t.TempDir())
 	want(t, checkIPv6(context.Background(), e, &instanceInfo{}), Skip, "not of IPv6")
+}
+
+// typeAs is an EC2 whose DescribeInstanceTypes says of the type what it is
+// given.
+type typeAs struct {
+	EC2API
+	it types.InstanceTypeInfo
+}
+
+func (a typeAs) DescribeInstanceTypes(context.Context, *ec2.DescribeInstanceTypesInput, ...func(*ec2.Options)) (*ec2.DescribeInstanceTypesOutput, error) {
+	return &ec2.DescribeInstanceTypesOutput{InstanceTypes: []types.InstanceTypeInfo{a.it}}, nil
+}
+
+// A bare-metal type (m5.metal) names no hypervisor but is of the Nitro
+// system, whose ENIs take prefixes: not a failure. A Xen type is.
+func TestIPv6CheckBareMetal(t *testing.T) {
+	info := &instanceInfo{Type: "m5.metal", Region: "us-east-1", Subnet: "subnet-1", SubnetIPv6: []string{"2600:1f18:abcd:1200::/64"}}
+	for _, tt := range []struct {
+		it     types.InstanceTypeInfo
+		status Status
+	}{
+		{types.InstanceTypeInfo{InstanceType: "m5.metal", BareMetal: aws.Bool(true)}, OK},
+		{types.InstanceTypeInfo{InstanceType: "m4.large", Hypervisor: types.InstanceTypeHypervisorXen, BareMetal: aws.Bool(false)}, Fail},
+	} {
+		e := ec2Env(t.TempDir())
+		e.Warm.IPv6 = true
+		e.EC2 = func(string) (EC2API, error) { return typeAs{it: tt.it}, nil }
+		want(t, checkIPv6(context.Background(), e, info), tt.status, "")
+	}
 }
