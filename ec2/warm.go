@@ -77,6 +77,9 @@ type Warmer struct {
 	// passes pause after a throttle as the ADDs' do (throttlememo.go);
 	// optional.
 	Throttles ThrottleMemory
+	// LimitsFile caches the limits EC2 gave of a type the built-in table
+	// does not know (limits.go); optional.
+	LimitsFile string
 
 	// A pass creates the ENIs a burst needs concurrently (eni.go), so
 	// what the pass shares is guarded. storeMu serializes the pass's own
@@ -331,11 +334,11 @@ func (w *Warmer) fetchLimits(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	lim, err := DescribeLimits(ctx, w.API, v.src.InstanceType)
+	lim, from, err := w.limitsOf(ctx, v.src.InstanceType)
 	if err != nil {
 		return err
 	}
-	w.say("limits of %s: %d ENIs, %d IPv4 addresses each", v.src.InstanceType, lim.MaxENIs, lim.IPv4PerENI)
+	w.say("limits of %s (%s): %d ENIs, %d IPv4 addresses each", v.src.InstanceType, from, lim.MaxENIs, lim.IPv4PerENI)
 	return w.update(ctx, func(_ *alloc.State, src *section.EC2) error {
 		src.Limits = lim
 		return nil
