@@ -53,8 +53,11 @@ type Report struct {
 	// node was first Ready (with Gate).
 	SentUnready int
 	Ready       []time.Duration
-	AddFailed   map[string]int
-	PassErrors  int
+	// PodWait is, per node, from when the scheduler sent its pods until
+	// the last had an address: what the pods waited for, not the node.
+	PodWait    []time.Duration
+	AddFailed  map[string]int
+	PassErrors int
 	// Idle is the addresses the nodes hold and no pod uses when the last
 	// pod has its address, summed over the nodes (free and cooling).
 	Idle  int
@@ -227,6 +230,7 @@ func run(ctx context.Context, o Options, c *vclock, netw network, virtual bool) 
 			defer mu.Unlock()
 			r.SentUnready += unready
 			r.Ready = append(r.Ready, ready)
+			r.PodWait = append(r.PodWait, max(done-ready, 0))
 			r.NodeDone = append(r.NodeDone, done)
 			r.Last = max(r.Last, done)
 			r.Unserved += unserved
@@ -289,6 +293,10 @@ func Table(rs []*Report) string {
 		if r.Opts.Gate && len(r.Ready) > 0 {
 			rd := Report{NodeDone: r.Ready}
 			fmt.Fprintf(&b, "\n  nodes Ready (STATUS) at p50 %.0fs, p99 %.0fs, max %.0fs", rd.Percentile(0.5).Seconds(), rd.Percentile(0.99).Seconds(), rd.Percentile(1).Seconds())
+		}
+		if len(r.PodWait) > 0 {
+			pw := Report{NodeDone: r.PodWait}
+			fmt.Fprintf(&b, "\n  pods waited (from being sent to the last address) p50 %.0fs, p99 %.0fs, max %.0fs", pw.Percentile(0.5).Seconds(), pw.Percentile(0.99).Seconds(), pw.Percentile(1).Seconds())
 		}
 		for why, n := range r.AddFailed {
 			fmt.Fprintf(&b, "\n  %d ADDs failed: %s", n, why)
