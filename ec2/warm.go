@@ -96,6 +96,8 @@ type Warmer struct {
 	// candidates are the pod subnets of the node's zone, best first, read
 	// once a pass by the first creation that needs them (custom subnets).
 	candidates []PodSubnet
+	// pace scales the back-off of the pass's mutating calls (backoff.go).
+	pace pace
 }
 
 func (w *Warmer) now() time.Time {
@@ -192,6 +194,10 @@ func (w *Warmer) Run(ctx context.Context) error {
 // RunWith is one pass given what IMDS said at its start. How the pass
 // ended is recorded for ADDs waiting on a dry pool (outcome.go).
 func (w *Warmer) RunWith(ctx context.Context, inst *section.Instance) error {
+	if _, ok := w.API.(pacedAPI); !ok && w.API != nil {
+		w.API = pacedAPI{API: w.API, pace: &w.pace}
+	}
+	w.pace.set(1)
 	if paused, err := w.throttlePause(ctx); paused || err != nil {
 		return err
 	}
@@ -369,6 +375,7 @@ func (w *Warmer) fill(ctx context.Context) (short bool, err error) {
 		if need == 0 {
 			return false, nil
 		}
+		w.pace.set(paceOf(v.counts.Total, need, v.st.Waiting(w.now()) > v.counts.Free))
 		if e, room := w.roomyENI(v.src); room > 0 {
 			err := w.assign(ctx, e, need, room)
 			if custom && subnetFull(err) {
