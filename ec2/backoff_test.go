@@ -175,31 +175,3 @@ func TestUnfilledNodeDoesNotPause(t *testing.T) {
 		t.Errorf("pool not filled after the throttle ended")
 	}
 }
-
-// TestRushedBootFillsForKubelet: under readyWhenFilled a node whose first
-// fill EC2 throttled (a fleet scaling up together) fills, before it says
-// Ready, to the pods kubelet admits (56 addresses on m5.xlarge: every
-// ENI), not to warmIPTarget: the pods the scheduler then sends must not
-// wait on a throttled account. A node EC2 did not throttle fills to its
-// targets as before.
-func TestRushedBootFillsForKubelet(t *testing.T) {
-	wc := section.WarmConfig{WarmIPTarget: 5, ReadyWhenFilled: true, TrimAfter: 5 * time.Minute}
-	calm := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge"}, wc)
-	calm.warm(t)
-	if c, _, _ := calm.counts(t); c.Total != 5 {
-		t.Errorf("unthrottled boot: pool %+v, want warmIPTarget's 5", c)
-	}
-	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge"}, wc)
-	e.w.API = NewAPI(e.fake.URL(), "us-east-1", NewMetadataClient(e.fake.URL()), fastRetry)
-	e.fake.Throttle("AssignPrivateIpAddresses", 1000)
-	if err := e.w.Run(context.Background()); err == nil {
-		t.Fatal("throttled pass succeeded")
-	}
-	e.fake.ClearFaults()
-	e.now = e.now.Add(time.Second)
-	e.warm(t)
-	c, _, src := e.counts(t)
-	if c.Total != 56 || len(src.ENIs) != 4 || src.FilledBoot != e.mgr.BootID {
-		t.Errorf("rushed boot: pool %+v on %d ENIs (filled %q), want 56 on 4, filled\n%s", c, len(src.ENIs), src.FilledBoot, e.out)
-	}
-}

@@ -125,9 +125,7 @@ func RefreshTargets(ctx context.Context, mgr *alloc.Manager, md Metadata, now ti
 		r.Dropped = src.Identify(inst.ID)
 		r.Added = section.Reconcile(src, inst, now).Found
 		src.VerifiedBoot = mgr.BootID
-		// Addresses a launch template assigned meet the targets here; in
-		// a rushed boot what warm grew must meet section.ReadyMinimum.
-		if w != nil && w.ReadyWhenFilled && provider.ReadyTargetsMet(mgr.Counts(st), src, *w, mgr.BootID) {
+		if w != nil && w.ReadyWhenFilled && provider.TargetsMet(mgr.Counts(st), *w) {
 			src.FilledBoot = mgr.BootID
 		}
 		return nil

@@ -353,19 +353,12 @@ func (w *Warmer) fetchLimits(ctx context.Context) error {
 
 // need is how many addresses the pool lacks: the target is the allocated
 // addresses, plus one for each ADD waiting on a dry pool, plus
-// warmIPTarget free ones (and at least minimumIPTarget in all, or before
-// the first fill of a boot EC2 throttled, under readyWhenFilled, what
-// makes the node Ready: section.ReadyMinimum). Sizing by
+// warmIPTarget free ones (and at least minimumIPTarget in all). Sizing by
 // the waiting ADDs is what lets a burst of pods be served by one request
 // per ENI instead of warmIPTarget at a time.
 func (w *Warmer) need(v *view) int {
 	waiting := v.st.Waiting(w.now())
-	minimum := w.Cfg.MinimumIPTarget
-	if w.Cfg.ReadyWhenFilled && v.src.RushedBoot(w.Mgr.BootID) {
-		// Until the node's first fill of a rushed boot, what makes it Ready.
-		minimum = section.ReadyMinimum(v.src.Limits, w.Cfg)
-	}
-	return max(w.Cfg.WarmIPTarget+waiting-v.counts.Free, minimum-v.counts.Total, 0)
+	return max(w.Cfg.WarmIPTarget+waiting-v.counts.Free, w.Cfg.MinimumIPTarget-v.counts.Total, 0)
 }
 
 // fill assigns addresses until the targets are met or the instance is

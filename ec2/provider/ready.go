@@ -39,13 +39,6 @@ func TargetsMet(c alloc.Counts, w section.WarmConfig) bool {
 	return c.Free >= w.WarmIPTarget && c.Total >= w.MinimumIPTarget
 }
 
-// ReadyTargetsMet reports whether a pool with counts c and section sec
-// holds what its node needs to say Ready the first time in boot: the
-// targets, and in a rushed boot section.ReadyMinimum addresses in all.
-func ReadyTargetsMet(c alloc.Counts, sec *section.EC2, w section.WarmConfig, boot string) bool {
-	return TargetsMet(c, w) && (!sec.RushedBoot(boot) || c.Total >= section.ReadyMinimum(sec.Limits, w))
-}
-
 // PoolReady reports whether an ec2 pool can give the pods a scheduler
 // would send it their addresses: nil if it can, else why not
 // (ErrPoolNotReady). It is pure, for STATUS and the fleet simulation: st
@@ -69,13 +62,10 @@ func PoolReady(st *alloc.State, c alloc.Counts, w section.WarmConfig, bootID str
 		return fmt.Errorf("%w: no warm pass has described this instance yet%s", ErrPoolNotReady, lastGrowth(sec, bootID))
 	case sec.VerifiedBoot != bootID:
 		return fmt.Errorf("%w: the store has not been checked against this instance (IMDS) since boot%s", ErrPoolNotReady, lastGrowth(sec, bootID))
-	case sec.FilledBoot != bootID && !ReadyTargetsMet(c, sec, w, bootID):
+	case sec.FilledBoot != bootID && !TargetsMet(c, w):
 		target := fmt.Sprintf("warmIPTarget %d", w.WarmIPTarget)
 		if w.MinimumIPTarget > 0 {
 			target += fmt.Sprintf(", minimumIPTarget %d", w.MinimumIPTarget)
-		}
-		if m := section.ReadyMinimum(sec.Limits, w); sec.RushedBoot(bootID) && m > w.MinimumIPTarget {
-			target += fmt.Sprintf(", %d addresses for the pods kubelet admits (EC2 throttled the fill)", m)
 		}
 		return fmt.Errorf("%w: the pool has not been filled since boot (%d free of %d addresses; %s)%s",
 			ErrPoolNotReady, c.Free, c.Total, target, lastGrowth(sec, bootID))

@@ -79,25 +79,3 @@ func capPods(l Limits, n int) int {
 	}
 	return min(n, limit)
 }
-
-// ReadyMinimum is how many addresses a pool holds before its node says
-// Ready under readyWhenFilled in a boot whose growth EC2 throttled before
-// the pool was first filled (RushedBoot): as many as kubelet admits pods
-// (MaxPodsOf, the host-network pods aside), and at least minimumIPTarget.
-// A throttle then says the account's buckets are shared by a fleet
-// scaling up together, which serves each node's calls minutes apart; the
-// scheduler may send a Ready node that many pods at once, and a pod sent
-// to a node that cannot address it would wait longer than any ADD may.
-// Unknown limits (nil) give minimumIPTarget.
-func ReadyMinimum(l *Limits, w WarmConfig) int {
-	if l == nil {
-		return w.MinimumIPTarget
-	}
-	return max(w.MinimumIPTarget, MaxPodsOf(*l, w)-hostNetworkPods)
-}
-
-// RushedBoot reports whether EC2 throttled the growth of s's pool in boot
-// before the pool was first filled in it (see ReadyMinimum).
-func (s *EC2) RushedBoot(boot string) bool {
-	return s != nil && s.FilledBoot != boot && s.Growth != nil && s.Growth.Boot == boot && s.Growth.Result == PassThrottled
-}

@@ -50,27 +50,3 @@ func TestMaxPodsPublished(t *testing.T) {
 		})
 	}
 }
-
-// TestReadyMinimum: a node says Ready the first time in a boot once its
-// pool can address the pods kubelet admits (its maxPods, the two
-// host-network pods aside), or minimumIPTarget if that is more; with its
-// limits unknown, minimumIPTarget alone.
-func TestReadyMinimum(t *testing.T) {
-	m5 := &Limits{MaxENIs: 4, IPv4PerENI: 15}
-	for _, tc := range []struct {
-		name string
-		l    *Limits
-		w    WarmConfig
-		want int
-	}{
-		{"m5.xlarge", m5, WarmConfig{WarmIPTarget: 5}, 56},
-		{"m5.xlarge, prefix delegation (maxPods capped at 110)", m5, WarmConfig{PrefixDelegation: true}, 108},
-		{"m5.xlarge, maxENIs 2", m5, WarmConfig{MaxENIs: 2}, 28},
-		{"minimumIPTarget above", m5, WarmConfig{MinimumIPTarget: 70}, 70},
-		{"limits unknown", nil, WarmConfig{MinimumIPTarget: 7}, 7},
-	} {
-		if got := ReadyMinimum(tc.l, tc.w); got != tc.want {
-			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
-		}
-	}
-}
