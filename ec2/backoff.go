@@ -88,10 +88,10 @@ type pace struct{ bits atomic.Uint64 }
 
 // Pace factors: a node whose waiting pods outnumber its free addresses
 // retries 4 times as often as one with nothing; one that has all it needs
-// but a part retries up to 4 times less often.
+// but a part starts its back-off up to twice as late.
 const (
 	paceWaiting = 0.25
-	paceHaving  = 3 // 1 + paceHaving × the share of its target it has
+	paceHaving  = 1 // 1 + paceHaving × the share of its target it has
 )
 
 // paceOf is the factor of a node holding have addresses, lacking need,
@@ -120,7 +120,12 @@ func (p *pace) factor() float64 {
 func (p *pace) option(o *ec2.Options) {
 	if r, ok := o.Retryer.(throttleRetryer); ok {
 		f := p.factor()
-		r.b = Backoff{Base: time.Duration(float64(r.b.Base) * f), Cap: time.Duration(float64(r.b.Cap) * f)}
+		r.b.Base = time.Duration(float64(r.b.Base) * f)
+		if f < 1 {
+			// A yielding call keeps the cap: its 6 attempts still give
+			// up within about a minute, and the pass with them.
+			r.b.Cap = time.Duration(float64(r.b.Cap) * f)
+		}
 		o.Retryer = r
 	}
 }
