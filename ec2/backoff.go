@@ -2,11 +2,14 @@ package ec2
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
 )
 
 // Backoff is how warm's EC2 client waits before it retries a call EC2
@@ -69,4 +72,87 @@ func (r throttleRetryer) GetRetryToken(ctx context.Context, err error) (func(err
 		return func(error) error { return nil }, nil
 	}
 	return r.RetryerV2.GetRetryToken(ctx, err)
+}
+
+// pace scales the back-off of a pass's throttled calls by what its node
+// already has, so that under one throttled bucket the nodes whose pods
+// wait, and those with the least, get the tokens first and the rest
+// yield: each retry that meets a refilled bucket takes its token, and a
+// node retrying twice as often takes about twice as many. The unscaled
+// back-off favoured the opposite: each attempt of a call waits longer
+// than the last, so a node that had been throttled longest retried
+// least, and a fleet finished its nodes in the order of their luck (p99
+// node 1.6-1.8 times the p50). A pace is the factor's bits (float64), set
+// by the pass as it goes; 0 means 1.
+type pace struct{ bits atomic.Uint64 }
+
+// Pace factors: a node whose waiting pods outnumber its free addresses
+// retries 4 times as often as one with nothing; one that has all it needs
+// but a part starts its back-off up to twice as late.
+const (
+	paceWaiting = 0.25
+	paceHaving  = 1 // 1 + paceHaving × the share of its target it has
+)
+
+// paceOf is the factor of a node holding have addresses, lacking need,
+// with more ADDs waiting than free addresses (starved) or not.
+func paceOf(have, need int, starved bool) float64 {
+	if starved {
+		return paceWaiting
+	}
+	if have+need <= 0 {
+		return 1
+	}
+	return 1 + paceHaving*float64(have)/float64(have+need)
+}
+
+func (p *pace) set(f float64) { p.bits.Store(math.Float64bits(f)) }
+
+func (p *pace) factor() float64 {
+	if f := math.Float64frombits(p.bits.Load()); f > 0 {
+		return f
+	}
+	return 1
+}
+
+// option scales the call's throttle back-off by the pace at its start. It
+// must come before any option that wraps the retryer (throttleGate's).
+func (p *pace) option(o *ec2.Options) {
+	if r, ok := o.Retryer.(throttleRetryer); ok {
+		f := p.factor()
+		r.b.Base = time.Duration(float64(r.b.Base) * f)
+		if f < 1 {
+			// A yielding call keeps the cap: its 6 attempts still give
+			// up within about a minute, and the pass with them.
+			r.b.Cap = time.Duration(float64(r.b.Cap) * f)
+		}
+		o.Retryer = r
+	}
+}
+
+// pacedAPI is the pass's API: its calls that draw on the mutating
+// buckets back off by the pass's pace.
+type pacedAPI struct {
+	API
+	pace *pace
+}
+
+func (a pacedAPI) opts(opts []func(*ec2.Options)) []func(*ec2.Options) {
+	return append([]func(*ec2.Options){a.pace.option}, opts...)
+}
+
+func (a pacedAPI) AssignPrivateIpAddresses(ctx context.Context, in *ec2.AssignPrivateIpAddressesInput, opts ...func(*ec2.Options)) (*ec2.AssignPrivateIpAddressesOutput, error) {
+	return a.API.AssignPrivateIpAddresses(ctx, in, a.opts(opts)...)
+}
+
+func (a pacedAPI) CreateNetworkInterface(ctx context.Context, in *ec2.CreateNetworkInterfaceInput, opts ...func(*ec2.Options)) (*ec2.CreateNetworkInterfaceOutput, error) {
+	return a.API.CreateNetworkInterface(ctx, in, a.opts(opts)...)
+}
+
+func (a pacedAPI) AttachNetworkInterface(ctx context.Context, in *ec2.AttachNetworkInterfaceInput, opts ...func(*ec2.Options)) (*ec2.AttachNetworkInterfaceOutput, error) {
+	return a.API.AttachNetworkInterface(ctx, in, a.opts(opts)...)
+}
+
+func (a pacedAPI) ModifyNetworkInterfaceAttribute(ctx context.Context, in *ec2.ModifyNetworkInterfaceAttributeInput, opts ...func(*ec2.Options)) (*ec2.ModifyNetworkInterfaceAttributeOutput, error) {
+	return a.API.ModifyNetworkInterfaceAttribute(ctx, in, a.opts(opts)...)
 }

@@ -127,3 +127,51 @@ func TestTimerPassPausesAfterThrottle(t *testing.T) {
 		t.Errorf("pool %+v after the throttle, want 20 free", c)
 	}
 }
+
+// TestPaceOrdersNodes: under one throttled bucket a node whose waiting
+// pods outnumber its free addresses retries soonest, then one with
+// nothing, and the more a node has of its target the longer it yields;
+// the pace scales the back-off of the retryer the call is given.
+func TestPaceOrdersNodes(t *testing.T) {
+	order := []float64{paceOf(5, 30, true), paceOf(0, 35, false), paceOf(14, 21, false), paceOf(28, 7, false), paceOf(35, 0, false)}
+	for i := 1; i < len(order); i++ {
+		if order[i] <= order[i-1] {
+			t.Errorf("paces %v: want each longer than the last", order)
+		}
+	}
+	var p pace
+	if p.factor() != 1 {
+		t.Errorf("zero pace %v, want 1", p.factor())
+	}
+	p.set(paceWaiting)
+	o := ec2.Options{Retryer: NewRetryer(DefaultBackoff)}
+	p.option(&o)
+	if b := o.Retryer.(throttleRetryer).b; b != (Backoff{Base: 250 * time.Millisecond, Cap: 5 * time.Second}) {
+		t.Errorf("back-off at pace %v: %+v", paceWaiting, b)
+	}
+}
+
+// TestUnfilledNodeDoesNotPause: a node whose pool was never filled in this
+// boot (NotReady behind readyWhenFilled) keeps trying after any number of
+// throttled passes: the scheduler waits for it, and it yields to nobody.
+func TestUnfilledNodeDoesNotPause(t *testing.T) {
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge"}, section.WarmConfig{WarmIPTarget: 5, ReadyWhenFilled: true})
+	e.w.API = NewAPI(e.fake.URL(), "us-east-1", NewMetadataClient(e.fake.URL()), fastRetry)
+	e.fake.Throttle("AssignPrivateIpAddresses", 1000)
+	for streak := 1; streak <= lastingThrottle+2; streak++ {
+		e.now = e.now.Add(time.Second)
+		before := e.fake.Calls()["AssignPrivateIpAddresses"]
+		if err := e.w.Run(context.Background()); err == nil {
+			t.Fatalf("throttled pass %d succeeded", streak)
+		}
+		if e.fake.Calls()["AssignPrivateIpAddresses"] == before {
+			t.Fatalf("pass %d made no Assign call: paused", streak)
+		}
+	}
+	e.fake.ClearFaults()
+	e.now = e.now.Add(time.Second)
+	e.warm(t)
+	if _, _, src := e.counts(t); src.FilledBoot != e.mgr.BootID {
+		t.Errorf("pool not filled after the throttle ended")
+	}
+}

@@ -58,7 +58,7 @@ func TestWarmSizesByDemand(t *testing.T) {
 		t.Fatalf("after one pass for 30 waiting ADDs: %+v, want 35 addresses (30 + warmIPTarget 5)\n%s", c, e.out)
 	}
 	calls := e.fake.Calls()
-	want := map[string]int{"DescribeInstanceTypes": 1, "AssignPrivateIpAddresses": 1, "CreateNetworkInterface": 2, "AttachNetworkInterface": 2, "ModifyNetworkInterfaceAttribute": 2}
+	want := map[string]int{"DescribeInstanceTypes": 0, "AssignPrivateIpAddresses": 1, "CreateNetworkInterface": 2, "AttachNetworkInterface": 2, "ModifyNetworkInterfaceAttribute": 2}
 	for k, v := range want {
 		if calls[k] != v {
 			t.Errorf("%s called %d times, want %d (all calls: %v)", k, calls[k], v, calls)
@@ -73,8 +73,8 @@ func TestWarmSizesByDemand(t *testing.T) {
 	if o := src.LastPass; o == nil || o.Result != section.PassDone || !o.At.Equal(e.now.UTC()) || !src.PassStartedAt.IsZero() {
 		t.Errorf("outcome %+v (started %v), want done at the pass's time and no pass under way", o, src.PassStartedAt)
 	}
-	if src.Limits.VCPUs != 4 {
-		t.Errorf("limits %+v, want 4 vCPUs from DescribeInstanceTypes", src.Limits)
+	if src.Limits.MaxENIs != 4 || src.Limits.IPv4PerENI != 15 || src.Limits.VCPUs != 0 {
+		t.Errorf("limits %+v, want 4 ENIs of 15 from the built-in table (no vCPU count)", src.Limits)
 	}
 	if woken, _ := w.Wait(context.Background(), time.Second); !woken {
 		t.Error("the pass did not wake the waiting ADDs")

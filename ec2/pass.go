@@ -76,6 +76,7 @@ func WarmPass(cfg *netconf.Config, mgr *alloc.Manager, out io.Writer, calls *Cal
 		Mgr: mgr, MD: md, API: NewAPI(cfg.EC2Endpoint, inst.Region(), md, calls.Option()),
 		Host: NodeHost{MTU: cfg.MTU, SNAT: cfg.SNAT, VethPrefix: cfg.VethPrefix, MarkSeen: filepath.Join(cfg.StateDir, MarkSeenName), StateDir: cfg.StateDir},
 		Cfg:  cfg.Warm, Out: out, Spread: true, Throttles: ThrottleFile(filepath.Join(cfg.StateDir, ThrottledName)),
+		LimitsFile: filepath.Join(cfg.StateDir, LimitsCacheName),
 	}
 	err = w.RunWith(ctx, inst)
 	if serr := syncSNAT(ctx, cfg, mgr, out); serr != nil {

@@ -139,6 +139,12 @@ func (w *Warmer) throttlePause(ctx context.Context) (bool, error) {
 		w.say("EC2 throttled the last %d passes in a row: no EC2 call until %s", lp.Streak, lp.At.Add(lp.Pause(id)).UTC().Format("15:04:05"))
 		return true, nil
 	}
+	if v.counts.Total == 0 || (w.Cfg.ReadyWhenFilled && v.src.FilledBoot != w.Mgr.BootID) {
+		// A node with nothing, or NotReady until its pool is filled: its
+		// pass is what its pods, or the scheduler, wait for; it yields
+		// to nobody (the back-off of its calls still paces it).
+		return false, nil
+	}
 	o := v.src.Growth
 	if o == nil || o.Boot != w.Mgr.BootID {
 		if o, err = w.lastThrottled(); err != nil {

@@ -78,6 +78,9 @@ type Warmer struct {
 	// passes pause after a throttle as the ADDs' do (throttlememo.go);
 	// optional.
 	Throttles ThrottleMemory
+	// LimitsFile caches the limits EC2 gave of a type the built-in table
+	// does not know (limits.go); optional.
+	LimitsFile string
 
 	// A pass creates the ENIs a burst needs concurrently (eni.go), so
 	// what the pass shares is guarded. storeMu serializes the pass's own
@@ -94,6 +97,8 @@ type Warmer struct {
 	// candidates are the pod subnets of the node's zone, best first, read
 	// once a pass by the first creation that needs them (custom subnets).
 	candidates []PodSubnet
+	// pace scales the back-off of the pass's mutating calls (backoff.go).
+	pace pace
 }
 
 func (w *Warmer) now() time.Time {
@@ -190,6 +195,10 @@ func (w *Warmer) Run(ctx context.Context) error {
 // RunWith is one pass given what IMDS said at its start. How the pass
 // ended is recorded for ADDs waiting on a dry pool (outcome.go).
 func (w *Warmer) RunWith(ctx context.Context, inst *section.Instance) error {
+	if _, ok := w.API.(pacedAPI); !ok && w.API != nil {
+		w.API = pacedAPI{API: w.API, pace: &w.pace}
+	}
+	w.pace.set(1)
 	if paused, err := w.throttlePause(ctx); paused || err != nil {
 		return err
 	}
@@ -335,11 +344,11 @@ func (w *Warmer) fetchLimits(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	lim, err := DescribeLimits(ctx, w.API, v.src.InstanceType)
+	lim, from, err := w.limitsOf(ctx, v.src.InstanceType)
 	if err != nil {
 		return err
 	}
-	w.say("limits of %s: %d ENIs, %d IPv4 addresses each", v.src.InstanceType, lim.MaxENIs, lim.IPv4PerENI)
+	w.say("limits of %s (%s): %d ENIs, %d IPv4 addresses each", v.src.InstanceType, from, lim.MaxENIs, lim.IPv4PerENI)
 	return w.update(ctx, func(_ *alloc.State, src *section.EC2) error {
 		src.Limits = lim
 		return nil
@@ -373,6 +382,7 @@ func (w *Warmer) fill(ctx context.Context) (short bool, err error) {
 		if need == 0 {
 			return false, nil
 		}
+		w.pace.set(paceOf(v.counts.Total, need, v.st.Waiting(w.now()) > v.counts.Free))
 		if e, room := w.roomyENI(v.src); room > 0 {
 			err := w.assign(ctx, e, need, room)
 			if custom && subnetFull(err) {

@@ -295,7 +295,7 @@ func TestEC2DryPoolHardLimit(t *testing.T) {
 // with code 11, takes no address and wires nothing, and DEL succeeds.
 func TestEC2DryPoolDELOfWaitingADD(t *testing.T) {
 	en := newDryNode(t, ec2fake.Config{})
-	en.fake.SetLatency("DescribeInstanceTypes", 3*time.Second) // the pass is slow to start
+	en.fake.SetLatency("DescribeNetworkInterfaces", 3*time.Second) // the pass is slow to start
 	nw := newDryNetwork(t, en, nil)
 	p := newPod(t, "given-up")
 	done := make(chan output, 1)
@@ -386,7 +386,7 @@ func TestEC2DryPoolKilledADD(t *testing.T) {
 // taken and exits 0; EC2 sees the calls of one pass.
 func TestEC2DryPoolOneWarmPass(t *testing.T) {
 	en := newDryNode(t, ec2fake.Config{})
-	en.fake.SetLatency("DescribeInstanceTypes", 500*time.Millisecond)
+	en.fake.SetLatency("DescribeNetworkInterfaces", 500*time.Millisecond)
 	nw := newDryNetwork(t, en, nil)
 	outs := make([]output, 2)
 	var wg sync.WaitGroup
@@ -410,7 +410,7 @@ func TestEC2DryPoolOneWarmPass(t *testing.T) {
 	if skipped != 1 {
 		t.Errorf("%d of 2 concurrent passes skipped, want 1:\n%s\n%s", skipped, outs[0], outs[1])
 	}
-	if c := en.fake.Calls(); c["DescribeInstanceTypes"] != 1 || c["AssignPrivateIpAddresses"] != 1 {
+	if c := en.fake.Calls(); c["DescribeInstanceTypes"] != 0 || c["AssignPrivateIpAddresses"] != 1 {
 		t.Errorf("EC2 calls %s, want those of one pass", formatCalls(c))
 	}
 }

@@ -16,7 +16,7 @@ import (
 // trusting the mark for a minute and timing out.
 func TestEC2DryPoolWarmKilled(t *testing.T) {
 	en := newDryNode(t, ec2fake.Config{})
-	en.fake.SetLatency("DescribeInstanceTypes", 30*time.Second) // the first pass stalls after its mark
+	en.fake.SetLatency("DescribeNetworkInterfaces", 30*time.Second) // the first pass stalls after its mark
 	nw := newDryNetwork(t, en, map[string]any{"addWaitSeconds": 15})
 	p := newPod(t, "outlives-warm")
 	done := make(chan output, 1)
@@ -39,7 +39,7 @@ func TestEC2DryPoolWarmKilled(t *testing.T) {
 		}
 		return pid > 0
 	})
-	en.fake.SetLatency("DescribeInstanceTypes", 0)
+	en.fake.SetLatency("DescribeNetworkInterfaces", 0)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill the warm pass %d: %v", pid, err)
 	}

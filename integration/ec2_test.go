@@ -118,7 +118,7 @@ func TestEC2PodsOnENIs(t *testing.T) {
 	// The boot's look for leaked ENIs waits for the node's window of the
 	// hour (ec2/spread.go), unless it falls now.
 	o := nw.mustWarm(t)
-	want := map[string]int{"DescribeInstanceTypes": 1, "AssignPrivateIpAddresses": 1, "DescribeNetworkInterfaces": 1}
+	want := map[string]int{"AssignPrivateIpAddresses": 1, "DescribeNetworkInterfaces": 1}
 	if got := en.fake.Calls()["DescribeNetworkInterfaces"]; got == 2 {
 		want["DescribeNetworkInterfaces"] = 2 // the node's sweep window is now
 	}
@@ -546,7 +546,7 @@ func TestEC2PreattachedENIWithFakeCommand(t *testing.T) {
 	// for the boot's look for leaked ENIs is now (ec2/spread.go).
 	o := warm()
 	d = f.read(t)
-	want := map[string]int{"DescribeInstanceTypes": 1, "AssignPrivateIpAddresses": 1, "DescribeNetworkInterfaces": 1}
+	want := map[string]int{"AssignPrivateIpAddresses": 1, "DescribeNetworkInterfaces": 1}
 	if d.Calls["DescribeNetworkInterfaces"] == 2 {
 		want["DescribeNetworkInterfaces"] = 2
 	}

@@ -243,7 +243,7 @@ func TestDryPoolFailedPassFromTheFuture(t *testing.T) {
 // says so, and which process, rather than that no pass finished.
 func TestDryPoolWaitEndsWhilePassRuns(t *testing.T) {
 	n := newDryNode(t, "t3.medium", `,"addWaitSeconds":1`)
-	n.fake.SetLatency("DescribeInstanceTypes", 3*time.Second)
+	n.fake.SetLatency("AssignPrivateIpAddresses", 3*time.Second)
 	p, _ := n.plugin()
 	_, err := p.add(context.Background(), att("slow"))
 	ce := toCNIError(err)

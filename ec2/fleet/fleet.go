@@ -53,10 +53,16 @@ type Report struct {
 	// node was first Ready (with Gate).
 	SentUnready int
 	Ready       []time.Duration
-	AddFailed   map[string]int
-	PassErrors  int
-	Model       string        // set when the report is of a model, not of eni-cni's code
-	Real        time.Duration // the run's wall time
+	// PodWait is, per node, from when the scheduler sent its pods until
+	// the last had an address: what the pods waited for, not the node.
+	PodWait    []time.Duration
+	AddFailed  map[string]int
+	PassErrors int
+	// Idle is the addresses the nodes hold and no pod uses when the last
+	// pod has its address, summed over the nodes (free and cooling).
+	Idle  int
+	Model string        // set when the report is of a model, not of eni-cni's code
+	Real  time.Duration // the run's wall time
 }
 
 // Mutations counts the calls that changed the account.
@@ -68,6 +74,14 @@ func (r Report) Mutations() int {
 		}
 	}
 	return n
+}
+
+// IdlePerNode is the addresses a node holds that no pod uses, on average.
+func (r Report) IdlePerNode() float64 {
+	if r.Opts.Nodes == 0 {
+		return 0
+	}
+	return float64(r.Idle) / float64(r.Opts.Nodes)
 }
 
 // Percentile of the nodes' times.
@@ -216,6 +230,7 @@ func run(ctx context.Context, o Options, c *vclock, netw network, virtual bool) 
 			defer mu.Unlock()
 			r.SentUnready += unready
 			r.Ready = append(r.Ready, ready)
+			r.PodWait = append(r.PodWait, max(done-ready, 0))
 			r.NodeDone = append(r.NodeDone, done)
 			r.Last = max(r.Last, done)
 			r.Unserved += unserved
@@ -237,6 +252,7 @@ func run(ctx context.Context, o Options, c *vclock, netw network, virtual bool) 
 	r.Bound, r.BoundOf = ec2fake.AccountThrottling().Drain(served)
 	for _, n := range nodes {
 		r.PassErrors += n.passErrors()
+		r.Idle += n.idle()
 	}
 	return r, nil
 }
@@ -246,7 +262,7 @@ func ptr[T any](v T) *T { return &v }
 // Table renders reports side by side.
 func Table(rs []*Report) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-50s %6s %9s %9s %9s %9s %9s %9s %10s %8s %8s %8s\n", "configuration", "nodes", "last pod", "bound", "p50 node", "p99 node", "max node", "mutating", "throttled", "ADD fail", "unserved", "unready")
+	fmt.Fprintf(&b, "%-50s %6s %9s %9s %9s %9s %9s %9s %10s %8s %8s %8s %9s\n", "configuration", "nodes", "last pod", "bound", "p50 node", "p99 node", "max node", "mutating", "throttled", "ADD fail", "unserved", "unready", "idle/node")
 	for _, r := range rs {
 		th := 0
 		for _, n := range r.Throttled {
@@ -256,13 +272,13 @@ func Table(rs []*Report) string {
 		for _, n := range r.AddFailed {
 			fails += n
 		}
-		unready := "-"
+		unready, idle := "-", "-"
 		if r.Model == "" {
-			unready = fmt.Sprint(r.SentUnready)
+			unready, idle = fmt.Sprint(r.SentUnready), fmt.Sprintf("%.1f", r.IdlePerNode())
 		}
-		fmt.Fprintf(&b, "%-50s %6d %8.0fs %8.0fs %8.0fs %8.0fs %8.0fs %9d %10d %8d %8d %8s\n", name(r), r.Opts.Nodes,
+		fmt.Fprintf(&b, "%-50s %6d %8.0fs %8.0fs %8.0fs %8.0fs %8.0fs %9d %10d %8d %8d %8s %9s\n", name(r), r.Opts.Nodes,
 			r.Last.Seconds(), r.Bound.Seconds(), r.Percentile(0.5).Seconds(), r.Percentile(0.99).Seconds(), r.Percentile(1).Seconds(),
-			r.Mutations(), th, fails, r.Unserved, unready)
+			r.Mutations(), th, fails, r.Unserved, unready, idle)
 	}
 	for _, r := range rs {
 		fmt.Fprintf(&b, "\n%s: calls (throttled) by action:", name(r))
@@ -277,6 +293,10 @@ func Table(rs []*Report) string {
 		if r.Opts.Gate && len(r.Ready) > 0 {
 			rd := Report{NodeDone: r.Ready}
 			fmt.Fprintf(&b, "\n  nodes Ready (STATUS) at p50 %.0fs, p99 %.0fs, max %.0fs", rd.Percentile(0.5).Seconds(), rd.Percentile(0.99).Seconds(), rd.Percentile(1).Seconds())
+		}
+		if len(r.PodWait) > 0 {
+			pw := Report{NodeDone: r.PodWait}
+			fmt.Fprintf(&b, "\n  pods waited (from being sent to the last address) p50 %.0fs, p99 %.0fs, max %.0fs", pw.Percentile(0.5).Seconds(), pw.Percentile(0.99).Seconds(), pw.Percentile(1).Seconds())
 		}
 		for why, n := range r.AddFailed {
 			fmt.Fprintf(&b, "\n  %d ADDs failed: %s", n, why)

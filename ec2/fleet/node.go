@@ -134,6 +134,15 @@ func (n *node) pass(ctx context.Context) {
 	}
 }
 
+// idle is what the node's pool holds that no pod uses (free or cooling).
+func (n *node) idle() int {
+	st, c, err := n.mgr.Peek()
+	if err != nil || st == nil {
+		return 0
+	}
+	return c.Free + c.Cooling
+}
+
 func (n *node) passErrors() int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
