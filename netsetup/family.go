@@ -67,17 +67,22 @@ func isHostNet(n *net.IPNet) (netip.Addr, bool) {
 	return ip, true
 }
 
-// addrs are the pod's addresses: IP, then IP6 of a dual-stack one.
+// addrs are the addresses the pod's interface gets: IP, then IP6 of a
+// dual-stack one, then the egress address of an IPv6-only one.
 func (p Pod) addrs() []netip.Addr {
+	out := []netip.Addr{p.IP}
 	if p.IP6.IsValid() {
-		return []netip.Addr{p.IP, p.IP6}
+		out = append(out, p.IP6)
 	}
-	return []netip.Addr{p.IP}
+	if p.Egress4.IsValid() {
+		out = append(out, p.Egress4)
+	}
+	return out
 }
 
 func (p Pod) hasIPv6() bool { return p.IP6.IsValid() || p.IP.Is6() }
 
-func (p Pod) hasIPv4() bool { return p.IP.Is4() }
+func (p Pod) hasIPv4() bool { return p.IP.Is4() || p.Egress4.IsValid() }
 
 // prepareIPv6Host turns duplicate address detection off on the host veth
 // (before it is up, so its own link-local address skips it too) and gives
