@@ -148,3 +148,21 @@ func seedNeighbour6(p Pod, host netlink.Link, podMAC net.HardwareAddr) error {
 	}
 	return nil
 }
+
+// NodeHasIPv4 reports whether the node's namespace has an IPv4 address an
+// IPv6-only pod's egress can be masqueraded to: global scope, not
+// loopback, not link-local (the pods' own egress addresses are only
+// routed here, never held).
+func NodeHasIPv4() (bool, error) {
+	addrs, err := retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(nil, unix.AF_INET) })
+	if err != nil {
+		return false, fmt.Errorf("list the node's IPv4 addresses: %w", err)
+	}
+	for _, a := range addrs {
+		ip, ok := addrOf(a.IP)
+		if ok && a.Scope == int(netlink.SCOPE_UNIVERSE) && !ip.IsLoopback() && !ip.IsLinkLocalUnicast() {
+			return true, nil
+		}
+	}
+	return false, nil
+}
