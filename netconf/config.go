@@ -91,7 +91,7 @@ type netConf struct {
 	IPFamilies []string `json:"ipFamilies"`
 	// IPv4Egress gives each pod of an IPv6-only network a link-local IPv4
 	// address for reaching IPv4 destinations through the node (absent:
-	// on when the node has an IPv4 address).
+	// on when the node has an IPv4 default route).
 	IPv4Egress   *bool  `json:"ipv4Egress"`
 	DefaultRoute *bool  `json:"defaultRoute"`
 	IMDSEndpoint string `json:"imdsEndpoint"`
@@ -432,8 +432,8 @@ const (
 	// ipv4Egress false, or an interface that never carries the default).
 	Egress4Off Egress4Mode = iota
 	// Egress4Auto: an IPv6-only network with ipv4Egress absent: on when
-	// the node has an IPv4 address to masquerade to, which only ADD can
-	// see (parsing never looks at the node).
+	// the node has an IPv4 default route to masquerade to, which only ADD
+	// can see (parsing never looks at the node).
 	Egress4Auto
 	// Egress4On: ipv4Egress true.
 	Egress4On

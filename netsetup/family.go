@@ -149,18 +149,20 @@ func seedNeighbour6(p Pod, host netlink.Link, podMAC net.HardwareAddr) error {
 	return nil
 }
 
-// NodeHasIPv4 reports whether the node's namespace has an IPv4 address an
-// IPv6-only pod's egress can be masqueraded to: global scope, not
-// loopback, not link-local (the pods' own egress addresses are only
-// routed here, never held).
-func NodeHasIPv4() (bool, error) {
-	addrs, err := retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(nil, unix.AF_INET) })
+// NodeHasIPv4Route reports whether the node's namespace has an IPv4
+// default route: a way out for an IPv6-only pod's egress, and with it an
+// address to masquerade to (the route's interface's). An IPv4 address
+// alone, with nowhere to send the pods' packets, is not enough.
+func NodeHasIPv4Route() (bool, error) {
+	filter := &netlink.Route{Table: unix.RT_TABLE_MAIN}
+	routes, err := retryDump(func() ([]netlink.Route, error) {
+		return netlink.RouteListFiltered(unix.AF_INET, filter, netlink.RT_FILTER_TABLE)
+	})
 	if err != nil {
-		return false, fmt.Errorf("list the node's IPv4 addresses: %w", err)
+		return false, fmt.Errorf("list the node's IPv4 routes: %w", err)
 	}
-	for _, a := range addrs {
-		ip, ok := addrOf(a.IP)
-		if ok && a.Scope == int(netlink.SCOPE_UNIVERSE) && !ip.IsLoopback() && !ip.IsLinkLocalUnicast() {
+	for _, r := range routes {
+		if isDefaultRoute(r) {
 			return true, nil
 		}
 	}

@@ -29,7 +29,7 @@ type egressWire struct {
 	unrouted4 []netip.Addr
 }
 
-func (e *egressWire) NodeHasIPv4() (bool, error) { e.probes++; return e.hasIPv4, nil }
+func (e *egressWire) NodeHasIPv4Route() (bool, error) { e.probes++; return e.hasIPv4, nil }
 func (e *egressWire) EnsureEgress4(_, _ string, once bool) error {
 	e.ensured = append(e.ensured, once)
 	if e.ensureErr != nil {

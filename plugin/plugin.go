@@ -48,9 +48,10 @@ type Wirer interface {
 // (Kernel): a link-local address masqueraded by the node. A Wirer without
 // it gives them none.
 type egressWirer interface {
-	// NodeHasIPv4 reports whether the node has an IPv4 address to
-	// masquerade to (ipv4Egress absent: egress only then).
-	NodeHasIPv4() (bool, error)
+	// NodeHasIPv4Route reports whether the node has an IPv4 default
+	// route, a way out to masquerade to (ipv4Egress absent: egress only
+	// then).
+	NodeHasIPv4Route() (bool, error)
 	// EnsureEgress4 installs the masquerade: once per boot (ADD), or
 	// whatever the record says (repair).
 	EnsureEgress4(stateDir, bootID string, once bool) error
@@ -81,7 +82,7 @@ func (Kernel) Setup(p netsetup.Pod) (netsetup.Links, error) { return netsetup.Se
 func (Kernel) Check(p netsetup.Pod) (netsetup.Links, error) { return netsetup.Check(p) }
 func (Kernel) Unroute(a []netsetup.Attachment) error        { return netsetup.Unroute(a) }
 func (Kernel) DeleteVeths(names ...string) error            { return netsetup.DeleteVeths(names...) }
-func (Kernel) NodeHasIPv4() (bool, error)                   { return netsetup.NodeHasIPv4() }
+func (Kernel) NodeHasIPv4Route() (bool, error)              { return netsetup.NodeHasIPv4Route() }
 func (Kernel) EnsureEgress4(stateDir, bootID string, once bool) error {
 	if once {
 		return snat.EnsureEgress4Once(stateDir, bootID, alloc.Egress4Range())
@@ -596,8 +597,8 @@ func (p *Plugin) status(ctx context.Context, act bool) (alloc.Counts, error) {
 }
 
 // wantsEgress4 decides whether an ADD gives its pod an egress address:
-// ipv4Egress true, or absent on a node that has an IPv4 address (an
-// IPv6-only node has nothing to masquerade to).
+// ipv4Egress true, or absent on a node with an IPv4 default route (an
+// IPv6-only node has nowhere to send the pods' IPv4 packets).
 func (p *Plugin) wantsEgress4() (bool, error) {
 	ew, ok := p.wire.(egressWirer)
 	if !ok || p.Cfg.Egress4 == netconf.Egress4Off {
@@ -606,9 +607,9 @@ func (p *Plugin) wantsEgress4() (bool, error) {
 	if p.Cfg.Egress4 == netconf.Egress4On {
 		return true, nil
 	}
-	has, err := ew.NodeHasIPv4()
+	has, err := ew.NodeHasIPv4Route()
 	if err != nil {
-		return false, fmt.Errorf("look for the node's IPv4 address (ipv4Egress): %w", err)
+		return false, fmt.Errorf("look for the node's IPv4 default route (ipv4Egress): %w", err)
 	}
 	return has, nil
 }
