@@ -126,7 +126,7 @@ func enableForwarding6() error {
 	return nil
 }
 
-// seedNeighbour6 gives the node a neighbour entry for the pod's IPv6
+// seedNeighbours gives the node a neighbour entry for the pod's IPv6
 // address, in state STALE: used at once, then confirmed by the kernel. A
 // new pod joins the solicited-node group of its address asynchronously
 // (the kernel's address work queue), and the node's first solicitation,
@@ -136,12 +136,17 @@ func enableForwarding6() error {
 // Not PERMANENT: a later plugin of the chain may change the pod's MAC
 // (tuning), and a stale entry is probed and corrected, a permanent one
 // never.
-func seedNeighbour6(p Pod, host netlink.Link, podMAC net.HardwareAddr) error {
+//
+// The egress address gets one too: the first reply to an egress flow,
+// de-masqueraded on its way in, waited a second for the node's ARP
+// retransmission (measured in TestEgress4: the first ping after ADD lost
+// one time in three).
+func seedNeighbours(p Pod, host netlink.Link, podMAC net.HardwareAddr) error {
 	for _, ip := range p.addrs() {
-		if !ip.Is6() {
+		if !ip.Is6() && ip != p.Egress4 {
 			continue
 		}
-		n := &netlink.Neigh{LinkIndex: host.Attrs().Index, Family: unix.AF_INET6, State: netlink.NUD_STALE, IP: ip.AsSlice(), HardwareAddr: podMAC}
+		n := &netlink.Neigh{LinkIndex: host.Attrs().Index, Family: familyOf(ip), State: netlink.NUD_STALE, IP: ip.AsSlice(), HardwareAddr: podMAC}
 		if err := netlink.NeighSet(n); err != nil {
 			return fmt.Errorf("add neighbour %s on %s: %w", ip, p.HostVeth, err)
 		}

@@ -172,7 +172,7 @@ func Setup(p Pod) (l Links, err error) {
 	if err = configureHost(p, host); err != nil {
 		return l, err
 	}
-	if err = seedNeighbour6(p, host, l.PodMAC); err != nil {
+	if err = seedNeighbours(p, host, l.PodMAC); err != nil {
 		return l, err
 	}
 	return l, nil
