@@ -82,6 +82,10 @@ type Request struct {
 	PodNamespace, PodName, PodUID string
 	Netns                         string
 	HostVeth                      string
+	// Egress4: the attachment also gets an address of Egress4Range, in
+	// the same save as its pod address (an IPv6-only network's IPv4
+	// egress).
+	Egress4 bool
 }
 
 // Manager performs each operation as one locked read-modify-write of the
@@ -281,8 +285,16 @@ func (m *Manager) AllocateIn(st *State, req Request) (a Allocation, existed, cha
 			eni = e
 		}
 	}
+	var egress netip.Addr
+	if req.Egress4 {
+		var ok bool
+		if egress, ok = pickEgress4(st); !ok {
+			return Allocation{}, false, false, &ExhaustedError{Counts: egress4Counts(st), Family: "ipv4 egress"}
+		}
+		st.LastEgress4 = egress
+	}
 	a = Allocation{
-		Key: req.Key, IP: ips[0], IP6: ips[1], ENI: eni,
+		Key: req.Key, IP: ips[0], IP6: ips[1], Egress4: egress, ENI: eni,
 		PodNamespace: req.PodNamespace, PodName: req.PodName, PodUID: req.PodUID,
 		Netns: req.Netns, HostVeth: req.HostVeth, AllocatedAt: m.now().UTC(), AllocatedBoot: m.boot(),
 	}
@@ -321,7 +333,7 @@ func (m *Manager) pick(st *State, f Family) (netip.Addr, string, bool) {
 func taken(st *State) map[netip.Addr]bool {
 	t := make(map[netip.Addr]bool, len(st.Allocations)+len(st.Cooling))
 	for _, a := range st.Allocations {
-		for _, ip := range a.Addrs() {
+		for _, ip := range a.Wired() {
 			t[ip] = true
 		}
 	}
@@ -440,8 +452,10 @@ func (m *Manager) releaseIn(st *State, k Key, ip netip.Addr, cooldown time.Durat
 	a := st.Allocations[i]
 	st.Allocations = append(st.Allocations[:i], st.Allocations[i+1:]...)
 	if cooldown > 0 {
-		// A dual-stack attachment's two addresses cool down together.
-		for _, ip := range a.Addrs() {
+		// A dual-stack attachment's two addresses cool down together,
+		// and an egress address with them: conntrack may still map
+		// replies of the old pod's flows to it.
+		for _, ip := range a.Wired() {
 			c := Cooling{IP: ip, Until: m.now().Add(cooldown).UTC(), For: cooldown}
 			if boot := m.boot(); boot > 0 {
 				c.UntilBoot = boot + cooldown

@@ -49,6 +49,16 @@ func (a Allocation) Addrs() []netip.Addr {
 	return []netip.Addr{a.IP}
 }
 
+// Wired are the addresses the attachment's wiring routes: Addrs, and its
+// egress address if it has one. Teardown and the sweep of freed
+// addresses go by these; the CNI result and the pool's counts by Addrs.
+func (a Allocation) Wired() []netip.Addr {
+	if a.Egress4.IsValid() {
+		return append(a.Addrs(), a.Egress4)
+	}
+	return a.Addrs()
+}
+
 // Addr is the attachment's address of family f, if it has one.
 func (a Allocation) Addr(f Family) (netip.Addr, bool) {
 	for _, ip := range a.Addrs() {
@@ -106,8 +116,11 @@ func (s *State) needsV3() bool {
 	if s.LastIP6.IsValid() || (s.LastIP.IsValid() && !s.LastIP.Is4()) || s.EC2.HasIPv6() {
 		return true
 	}
+	if s.LastEgress4.IsValid() {
+		return true
+	}
 	for _, a := range s.Allocations {
-		if a.IP6.IsValid() || (a.IP.IsValid() && !a.IP.Is4()) {
+		if a.IP6.IsValid() || (a.IP.IsValid() && !a.IP.Is4()) || a.Egress4.IsValid() {
 			return true
 		}
 	}

@@ -59,7 +59,12 @@ type Allocation struct {
 	IP netip.Addr `json:"ip"`
 	// IP6 is the IPv6 address of a dual-stack attachment (IP holds its
 	// IPv4 address); unset on a network of one family. Addrs lists both.
-	IP6          netip.Addr `json:"ip6,omitzero"`
+	IP6 netip.Addr `json:"ip6,omitzero"`
+	// Egress4 is the link-local IPv4 address an attachment of an
+	// IPv6-only network reaches IPv4 destinations with (Egress4Range,
+	// masqueraded by the node). It is not a pod address: the CNI result
+	// does not list it, Addrs leaves it out, Wired has it.
+	Egress4      netip.Addr `json:"egress4,omitzero"`
 	PodNamespace string     `json:"podNamespace"`
 	PodName      string     `json:"podName"`
 	PodUID       string     `json:"podUID"`
@@ -101,6 +106,10 @@ type State struct {
 	// or the IPv6 one's in files of a network of IPv6 only written before
 	// it: pick reads whichever is of the family it picks).
 	LastIP6 netip.Addr `json:"lastIP6,omitzero"`
+	// LastEgress4 is LastIP of the egress addresses (Egress4Range): a
+	// freed one is reused as late as possible, as conntrack may still
+	// hold the old pod's masqueraded flows.
+	LastEgress4 netip.Addr `json:"lastEgress4,omitzero"`
 	// EC2 is the ec2 provider's section, owned by package ec2/section; nil for
 	// the static source. The store only carries, migrates and prunes it.
 	EC2 *section.EC2 `json:"ec2,omitempty"`
@@ -235,7 +244,7 @@ func (s *State) validate() error {
 		if keys[a.Key] {
 			return fmt.Errorf("%w: allocation %s appears twice", ErrCorrupt, a.Key)
 		}
-		for _, ip := range a.Addrs() {
+		for _, ip := range a.Wired() {
 			if other, dup := ips[ip]; dup {
 				return fmt.Errorf("%w: address %s is allocated to both %s and %s", ErrCorrupt, ip, other, a.Key)
 			}
@@ -279,6 +288,9 @@ func (s *State) validAddrs(a Allocation) error {
 		if !podAddress(ip) {
 			return fmt.Errorf("%w: allocation %s holds %s, which no pool can contain (loopback, multicast, link-local or broadcast)", ErrCorrupt, a.Key, ip)
 		}
+	}
+	if a.Egress4.IsValid() && (!v6 || !a.IP.Is6() || a.IP6.IsValid() || !egress4Addr(a.Egress4)) {
+		return fmt.Errorf("%w: allocation %s has egress4 %s (want an address of %s beside one IPv6 address, in a version-%d file)", ErrCorrupt, a.Key, a.Egress4, Egress4Range(), SchemaVersionIPv6)
 	}
 	return nil
 }

@@ -88,10 +88,14 @@ type netConf struct {
 	HostVethPrefix     *string  `json:"hostVethPrefix"`
 	// IPFamilies are the families a pod gets one address of, in the order
 	// of the CNI result: ["ipv4"] (absent), ["ipv6"], or both.
-	IPFamilies   []string `json:"ipFamilies"`
-	DefaultRoute *bool    `json:"defaultRoute"`
-	IMDSEndpoint string   `json:"imdsEndpoint"`
-	EC2Endpoint  string   `json:"ec2Endpoint"`
+	IPFamilies []string `json:"ipFamilies"`
+	// IPv4Egress gives each pod of an IPv6-only network a link-local IPv4
+	// address for reaching IPv4 destinations through the node (absent:
+	// on when the node has an IPv4 default route).
+	IPv4Egress   *bool  `json:"ipv4Egress"`
+	DefaultRoute *bool  `json:"defaultRoute"`
+	IMDSEndpoint string `json:"imdsEndpoint"`
+	EC2Endpoint  string `json:"ec2Endpoint"`
 	// IMDSv1Fallback lets IMDS reads go without a session token when the
 	// IMDSv2 token is refused. Off: IMDSv2 only.
 	IMDSv1Fallback bool `json:"imdsV1Fallback"`
@@ -156,7 +160,10 @@ type Config struct {
 	// Families are the families a pod gets one address of (ipFamilies),
 	// in the order its CNI result lists them; nil for IPv4 only, the
 	// default, so that an IPv4 network takes the path it always took.
-	Families    []alloc.Family
+	Families []alloc.Family
+	// Egress4 is whether pods of an IPv6-only network get a link-local
+	// IPv4 address for egress (ipv4Egress).
+	Egress4     Egress4Mode
 	Pool        alloc.Pool
 	Cooldown    time.Duration
 	GCGrace     time.Duration
@@ -384,6 +391,9 @@ func (c *Config) parsePool() error {
 	if err := c.parseFamilies(); err != nil {
 		return err
 	}
+	if err := c.parseEgress4(); err != nil {
+		return err
+	}
 	switch c.Provider {
 	case Static:
 		ranges, err := alloc.ParseRangesOf(c.conf.Pool.Ranges, c.families())
@@ -455,6 +465,45 @@ func (c *Config) parseFamilies() error {
 		return nil
 	}
 	c.Families = fams
+	return nil
+}
+
+// Egress4Mode says whether a network's pods get a link-local IPv4 address
+// for egress (ipv4Egress).
+type Egress4Mode int
+
+const (
+	// Egress4Off: no egress address (a network with IPv4 pod addresses,
+	// ipv4Egress false, or an interface that never carries the default).
+	Egress4Off Egress4Mode = iota
+	// Egress4Auto: an IPv6-only network with ipv4Egress absent: on when
+	// the node has an IPv4 default route to masquerade to, which only ADD
+	// can see (parsing never looks at the node).
+	Egress4Auto
+	// Egress4On: ipv4Egress true.
+	Egress4On
+)
+
+// parseEgress4 reads ipv4Egress. It is only for IPv6-only pods: a pod with
+// an IPv4 address of its own reaches IPv4 with it, and the egress address
+// follows the default route, so an interface that never carries it
+// (defaultRoute false) would get an address it cannot use.
+func (c *Config) parseEgress4() error {
+	v6only := len(c.Families) == 1 && c.Families[0] == alloc.IPv6
+	never := c.DefaultRoute != nil && !*c.DefaultRoute
+	on := c.conf.IPv4Egress
+	switch {
+	case on == nil && v6only && !never:
+		c.Egress4 = Egress4Auto
+	case on == nil || !*on:
+		c.Egress4 = Egress4Off
+	case !v6only:
+		return fmt.Errorf("%w: ipv4Egress is for networks of IPv6 only (ipFamilies [\"ipv6\"]); pods of this network have an IPv4 address of their own", ErrInvalidConfig)
+	case never:
+		return fmt.Errorf("%w: ipv4Egress needs the interface to carry the pod's default route (defaultRoute is false)", ErrInvalidConfig)
+	default:
+		c.Egress4 = Egress4On
+	}
 	return nil
 }
 

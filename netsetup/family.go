@@ -67,17 +67,22 @@ func isHostNet(n *net.IPNet) (netip.Addr, bool) {
 	return ip, true
 }
 
-// addrs are the pod's addresses: IP, then IP6 of a dual-stack one.
+// addrs are the addresses the pod's interface gets: IP, then IP6 of a
+// dual-stack one, then the egress address of an IPv6-only one.
 func (p Pod) addrs() []netip.Addr {
+	out := []netip.Addr{p.IP}
 	if p.IP6.IsValid() {
-		return []netip.Addr{p.IP, p.IP6}
+		out = append(out, p.IP6)
 	}
-	return []netip.Addr{p.IP}
+	if p.Egress4.IsValid() {
+		out = append(out, p.Egress4)
+	}
+	return out
 }
 
 func (p Pod) hasIPv6() bool { return p.IP6.IsValid() || p.IP.Is6() }
 
-func (p Pod) hasIPv4() bool { return p.IP.Is4() }
+func (p Pod) hasIPv4() bool { return p.IP.Is4() || p.Egress4.IsValid() }
 
 // prepareIPv6Host turns duplicate address detection off on the host veth
 // (before it is up, so its own link-local address skips it too) and gives
@@ -121,7 +126,7 @@ func enableForwarding6() error {
 	return nil
 }
 
-// seedNeighbour6 gives the node a neighbour entry for the pod's IPv6
+// seedNeighbours gives the node a neighbour entry for the pod's IPv6
 // address, in state STALE: used at once, then confirmed by the kernel. A
 // new pod joins the solicited-node group of its address asynchronously
 // (the kernel's address work queue), and the node's first solicitation,
@@ -131,15 +136,40 @@ func enableForwarding6() error {
 // Not PERMANENT: a later plugin of the chain may change the pod's MAC
 // (tuning), and a stale entry is probed and corrected, a permanent one
 // never.
-func seedNeighbour6(p Pod, host netlink.Link, podMAC net.HardwareAddr) error {
+//
+// The egress address gets one too: the first reply to an egress flow,
+// de-masqueraded on its way in, waited a second for the node's ARP
+// retransmission (measured in TestEgress4: the first ping after ADD lost
+// one time in three).
+func seedNeighbours(p Pod, host netlink.Link, podMAC net.HardwareAddr) error {
 	for _, ip := range p.addrs() {
-		if !ip.Is6() {
+		if !ip.Is6() && ip != p.Egress4 {
 			continue
 		}
-		n := &netlink.Neigh{LinkIndex: host.Attrs().Index, Family: unix.AF_INET6, State: netlink.NUD_STALE, IP: ip.AsSlice(), HardwareAddr: podMAC}
+		n := &netlink.Neigh{LinkIndex: host.Attrs().Index, Family: familyOf(ip), State: netlink.NUD_STALE, IP: ip.AsSlice(), HardwareAddr: podMAC}
 		if err := netlink.NeighSet(n); err != nil {
 			return fmt.Errorf("add neighbour %s on %s: %w", ip, p.HostVeth, err)
 		}
 	}
 	return nil
+}
+
+// NodeHasIPv4Route reports whether the node's namespace has an IPv4
+// default route: a way out for an IPv6-only pod's egress, and with it an
+// address to masquerade to (the route's interface's). An IPv4 address
+// alone, with nowhere to send the pods' packets, is not enough.
+func NodeHasIPv4Route() (bool, error) {
+	filter := &netlink.Route{Table: unix.RT_TABLE_MAIN}
+	routes, err := retryDump(func() ([]netlink.Route, error) {
+		return netlink.RouteListFiltered(unix.AF_INET, filter, netlink.RT_FILTER_TABLE)
+	})
+	if err != nil {
+		return false, fmt.Errorf("list the node's IPv4 routes: %w", err)
+	}
+	for _, r := range routes {
+		if isDefaultRoute(r) {
+			return true, nil
+		}
+	}
+	return false, nil
 }

@@ -68,6 +68,10 @@ type Pod struct {
 	// IP is the pod's address (IPv4, or IPv6 on a network of IPv6 only);
 	// IP6 the IPv6 address of a dual-stack pod.
 	IP, IP6 netip.Addr
+	// Egress4 is the link-local IPv4 address an IPv6-only pod reaches
+	// IPv4 with (egress4.go): wired as an IPv4 pod address is, but never
+	// policy-routed to an ENI's table, as the node masquerades it.
+	Egress4 netip.Addr
 	MTU     int
 	// Table is the route table of the secondary ENI that holds IP, or 0
 	// when the address is on the primary ENI or comes from a static pool.
@@ -168,7 +172,7 @@ func Setup(p Pod) (l Links, err error) {
 	if err = configureHost(p, host); err != nil {
 		return l, err
 	}
-	if err = seedNeighbour6(p, host, l.PodMAC); err != nil {
+	if err = seedNeighbours(p, host, l.PodMAC); err != nil {
 		return l, err
 	}
 	return l, nil
@@ -379,6 +383,9 @@ func configureHostAddr(p Pod, ip netip.Addr, host netlink.Link) error {
 	dsts := p.FromDsts
 	if len(dsts) == 0 {
 		dsts = []netip.Prefix{{}}
+	}
+	if ip == p.Egress4 {
+		return nil // masqueraded: it leaves by the node's own route
 	}
 	for _, d := range dsts {
 		if d.IsValid() && d.Addr().Is4() != ip.Is4() {

@@ -90,7 +90,7 @@ func (p *Plugin) Collect(ctx context.Context, live gc.Liveness, opts gc.Options,
 		for i, a := range st.Allocations {
 			atts[i] = p.gcAttachment(a, now)
 			held[a.Key] = a
-			for _, ip := range a.Addrs() {
+			for _, ip := range a.Wired() {
 				owned[ip] = a.HostVeth
 			}
 		}
@@ -202,7 +202,7 @@ func (p *Plugin) free(ctx context.Context, c *Collection, unrouted []alloc.Alloc
 func attachmentsOf(as []alloc.Allocation) []netsetup.Attachment {
 	out := make([]netsetup.Attachment, 0, len(as))
 	for _, a := range as {
-		out = append(out, unrouteOf(a.HostVeth, "", "", a.Addrs())...)
+		out = append(out, unrouteOf(a.HostVeth, "", "", a.Wired())...)
 	}
 	return out
 }
@@ -221,7 +221,14 @@ func (p *Plugin) ours(st *alloc.State, snap gc.HostSnapshot) gc.HostSnapshot {
 		}
 	}
 	snap.Veths = slices.DeleteFunc(slices.Clone(snap.Veths), func(v string) bool { return !routed[v] })
-	snap.Rules = slices.DeleteFunc(slices.Clone(snap.Rules), func(r gc.HostRule) bool { return !inPool(r.IP) })
+	// An egress address is no pool's: its rule is ours to sweep only when
+	// no veth routes it (another network's store may hold it).
+	egressRouted := map[netip.Addr]bool{}
+	for _, r := range snap.Routes {
+		egressRouted[r.IP] = true
+	}
+	strayEgress := func(ip netip.Addr) bool { return alloc.Egress4Range().Contains(ip) && !egressRouted[ip] }
+	snap.Rules = slices.DeleteFunc(slices.Clone(snap.Rules), func(r gc.HostRule) bool { return !inPool(r.IP) && !strayEgress(r.IP) })
 	snap.Routes = slices.DeleteFunc(slices.Clone(snap.Routes), func(r gc.HostRoute) bool { return !routed[r.Veth] })
 	return snap
 }

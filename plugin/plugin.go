@@ -26,6 +26,7 @@ import (
 	"github.com/eni-cni/eni-cni/fault"
 	"github.com/eni-cni/eni-cni/netconf"
 	"github.com/eni-cni/eni-cni/netsetup"
+	"github.com/eni-cni/eni-cni/netsetup/snat"
 )
 
 // Wirer is the kernel side of an attachment: netsetup in production (Kernel),
@@ -41,6 +42,21 @@ type Wirer interface {
 	// PodRoutes lists the /32 routes through the node's veths named like
 	// ours (prefix): the wiring of pods, whatever the store says.
 	PodRoutes(prefix string) ([]netsetup.PodRoute, error)
+}
+
+// egressWirer is a Wirer that can give IPv6-only pods IPv4 egress
+// (Kernel): a link-local address masqueraded by the node. A Wirer without
+// it gives them none.
+type egressWirer interface {
+	// NodeHasIPv4Route reports whether the node has an IPv4 default
+	// route, a way out to masquerade to (ipv4Egress absent: egress only
+	// then).
+	NodeHasIPv4Route() (bool, error)
+	// EnsureEgress4 installs the masquerade: once per boot (ADD), or
+	// whatever the record says (repair).
+	EnsureEgress4(stateDir, bootID string, once bool) error
+	// CheckEgress4 fails when the masquerade is not in place.
+	CheckEgress4() error
 }
 
 // teardown removes an attachment's wiring: routes and rules of each of its
@@ -66,6 +82,26 @@ func (Kernel) Setup(p netsetup.Pod) (netsetup.Links, error) { return netsetup.Se
 func (Kernel) Check(p netsetup.Pod) (netsetup.Links, error) { return netsetup.Check(p) }
 func (Kernel) Unroute(a []netsetup.Attachment) error        { return netsetup.Unroute(a) }
 func (Kernel) DeleteVeths(names ...string) error            { return netsetup.DeleteVeths(names...) }
+func (Kernel) NodeHasIPv4Route() (bool, error)              { return netsetup.NodeHasIPv4Route() }
+func (Kernel) EnsureEgress4(stateDir, bootID string, once bool) error {
+	if once {
+		return snat.EnsureEgress4Once(stateDir, bootID, alloc.Egress4Range())
+	}
+	_, err := snat.EnsureEgress4(stateDir, alloc.Egress4Range())
+	return err
+}
+
+func (Kernel) CheckEgress4() error {
+	missing, err := snat.CheckEgress4(alloc.Egress4Range())
+	if err != nil {
+		return fmt.Errorf("look at the egress masquerade: %w", err)
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: missing %s (`eni-cni repair` restores it)", netsetup.ErrHostMismatch, strings.Join(missing, "; "))
+	}
+	return nil
+}
+
 func (Kernel) PodRoutes(prefix string) ([]netsetup.PodRoute, error) {
 	veths, err := netsetup.OurVeths(prefix)
 	if err != nil {
@@ -145,7 +181,7 @@ func (p *Plugin) stateLost(st *alloc.State) error {
 	}
 	explained := make(map[netip.Addr]string, len(st.Allocations))
 	for _, a := range st.Allocations {
-		for _, ip := range a.Addrs() {
+		for _, ip := range a.Wired() {
 			explained[ip] = a.HostVeth
 		}
 	}
@@ -180,7 +216,7 @@ func abbreviate(items []string, n int) string {
 
 func (p *Plugin) podSpec(a alloc.Allocation, netns string, r netsetup.Routing) netsetup.Pod {
 	return netsetup.Pod{
-		Netns: netns, IfName: a.IfName, HostVeth: a.HostVeth, IP: a.IP, IP6: a.IP6,
+		Netns: netns, IfName: a.IfName, HostVeth: a.HostVeth, IP: a.IP, IP6: a.IP6, Egress4: a.Egress4,
 		MTU: p.Cfg.MTU, Table: r.Table, FromDsts: r.FromDsts, Default: defaultRoute(p.Cfg.DefaultRoute),
 	}
 }
@@ -235,12 +271,19 @@ func (p *Plugin) add(ctx context.Context, at attachment) (*current.Result, error
 		PodNamespace: at.PodNamespace, PodName: at.PodName, PodUID: at.PodUID,
 		HostVeth: netsetup.HostVethName(p.Cfg.VethPrefix, at.ContainerID, at.IfName),
 	}
+	var err error
+	if req.Egress4, err = p.wantsEgress4(); err != nil {
+		return nil, err
+	}
 	a, existed, sec, err := p.allocate(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	fault.Point("add:after-allocate")
 	routing, err := p.provider.Prepare(ctx, a, sec)
+	if err == nil && a.Egress4.IsValid() {
+		err = p.ensureEgress4(true)
+	}
 	if err != nil {
 		return nil, p.undo(ctx, at, a, existed, err)
 	}
@@ -250,7 +293,7 @@ func (p *Plugin) add(ctx context.Context, at attachment) (*current.Result, error
 			return p.result(a, at.Netns, links), nil
 		}
 		// Incomplete wiring from an ADD that died half-way: start over.
-		if err := teardown(p.wire, a.HostVeth, a.Addrs()...); err != nil {
+		if err := teardown(p.wire, a.HostVeth, a.Wired()...); err != nil {
 			return nil, fmt.Errorf("repair %s: %w", at.Key, err)
 		}
 		fault.Point("add:after-repair-teardown")
@@ -361,7 +404,7 @@ func (p *Plugin) del(ctx context.Context, k alloc.Key, netns string) error {
 		fault.Point("del:after-lookup")
 		// The address may only be freed once nothing routes it to the old
 		// veth, or a new pod could get an address still routed there.
-		if err := p.wire.Unroute(unrouteOf(a.HostVeth, netns, k.IfName, a.Addrs())); err != nil {
+		if err := p.wire.Unroute(unrouteOf(a.HostVeth, netns, k.IfName, a.Wired())); err != nil {
 			return fmt.Errorf("tear down %s (%s): %w", k, addrList(a), err)
 		}
 		fault.Point("del:after-unroute")
@@ -454,6 +497,11 @@ func (p *Plugin) check(ctx context.Context, at attachment, prev *current.Result)
 	if _, err := p.wire.Check(p.podSpec(a, at.Netns, routing)); err != nil {
 		return fmt.Errorf("check %s (%s): %w", at.Key, addrList(a), err)
 	}
+	if a.Egress4.IsValid() {
+		if err := p.checkEgress4(); err != nil {
+			return fmt.Errorf("check %s (%s): %w", at.Key, addrList(a), err)
+		}
+	}
 	return nil
 }
 
@@ -462,13 +510,17 @@ func (p *Plugin) check(ctx context.Context, at attachment, prev *current.Result)
 // `from` rule; that is a failure, not a skipped check.
 var errCheckRouting = errors.New("cannot tell the address's policy routing")
 
-// addrList names a's addresses for messages: "10.0.0.1" or
-// "10.0.0.1, fd00::1".
+// addrList names a's addresses for messages: "10.0.0.1", "10.0.0.1,
+// fd00::1", or "fd00::1, egress 169.254.172.1".
 func addrList(a alloc.Allocation) string {
-	if !a.IP6.IsValid() {
-		return a.IP.String()
+	s := a.IP.String()
+	if a.IP6.IsValid() {
+		s += ", " + a.IP6.String()
 	}
-	return a.IP.String() + ", " + a.IP6.String()
+	if a.Egress4.IsValid() {
+		s += ", egress " + a.Egress4.String()
+	}
+	return s
 }
 
 // prevMatches checks that the ADD result the runtime kept is ours: the
@@ -542,4 +594,42 @@ func (p *Plugin) status(ctx context.Context, act bool) (alloc.Counts, error) {
 		return alloc.Counts{}, fmt.Errorf("%w: %w", errNotReady, err)
 	}
 	return counts, nil
+}
+
+// wantsEgress4 decides whether an ADD gives its pod an egress address:
+// ipv4Egress true, or absent on a node with an IPv4 default route (an
+// IPv6-only node has nowhere to send the pods' IPv4 packets).
+func (p *Plugin) wantsEgress4() (bool, error) {
+	ew, ok := p.wire.(egressWirer)
+	if !ok || p.Cfg.Egress4 == netconf.Egress4Off {
+		return false, nil
+	}
+	if p.Cfg.Egress4 == netconf.Egress4On {
+		return true, nil
+	}
+	has, err := ew.NodeHasIPv4Route()
+	if err != nil {
+		return false, fmt.Errorf("look for the node's IPv4 default route (ipv4Egress): %w", err)
+	}
+	return has, nil
+}
+
+// ensureEgress4 installs the egress masquerade for pods given an egress
+// address: once per boot for ADD, always for repair.
+func (p *Plugin) ensureEgress4(once bool) error {
+	ew, ok := p.wire.(egressWirer)
+	if !ok {
+		return nil
+	}
+	if err := ew.EnsureEgress4(p.Cfg.StateDir, p.Mgr.BootID, once); err != nil {
+		return fmt.Errorf("set up the IPv4 egress masquerade: %w", err)
+	}
+	return nil
+}
+
+func (p *Plugin) checkEgress4() error {
+	if ew, ok := p.wire.(egressWirer); ok {
+		return ew.CheckEgress4()
+	}
+	return nil
 }

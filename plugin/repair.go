@@ -95,7 +95,7 @@ func planRepair(in repairInput) repairPlan {
 	byKey := map[alloc.Key]alloc.Allocation{}
 	for _, a := range in.Base.Allocations {
 		byKey[a.Key] = a
-		for _, ip := range a.Addrs() {
+		for _, ip := range a.Wired() {
 			byIP[ip] = a
 		}
 	}
@@ -103,7 +103,12 @@ func planRepair(in repairInput) repairPlan {
 	for _, v := range sortedViews(in.Veths) {
 		onNode[v.Name] = true
 		routed := false
+		var egress []netip.Addr
 		for _, ip := range v.IPs {
+			if alloc.Egress4Range().Contains(ip) {
+				egress = append(egress, ip) // once the veth's pod address is known
+				continue
+			}
 			if in.InPool != nil && !in.InPool(ip) {
 				continue
 			}
@@ -141,6 +146,9 @@ func planRepair(in repairInput) repairPlan {
 			plan.Add = append(plan.Add, a)
 			byIP[ip], byKey[k] = a, a
 		}
+		for _, ip := range egress {
+			plan.addEgress4(v.Name, ip, byIP)
+		}
 		if routed {
 			plan.Routed++
 			if _, ok := owner[v.Name]; ok {
@@ -154,6 +162,24 @@ func planRepair(in repairInput) repairPlan {
 		}
 	}
 	return plan
+}
+
+// addEgress4 records ip, an egress address routed through veth, with the
+// allocation this repair adds for that veth's IPv6-only pod; one the
+// state records already is known, and any other is held back as an
+// unexplained pod address is.
+func (plan *repairPlan) addEgress4(veth string, ip netip.Addr, byIP map[netip.Addr]alloc.Allocation) {
+	if _, ok := byIP[ip]; ok {
+		return
+	}
+	for i, a := range plan.Add {
+		if a.HostVeth == veth && a.IP.Is6() && !a.IP6.IsValid() && !a.Egress4.IsValid() {
+			plan.Add[i].Egress4 = ip
+			byIP[ip] = plan.Add[i]
+			return
+		}
+	}
+	plan.Held = append(plan.Held, heldAddr{IP: ip, Veth: veth})
 }
 
 // secondFamily finds the allocation this repair adds for k that holds one
@@ -191,7 +217,7 @@ func (plan repairPlan) apply(st *alloc.State, now time.Time, boot, cooldown time
 	// older entry (a repeated repair), so no address cools twice.
 	taken := map[netip.Addr]bool{}
 	for _, a := range plan.Add {
-		for _, ip := range a.Addrs() {
+		for _, ip := range a.Wired() {
 			taken[ip] = true
 		}
 	}
@@ -289,6 +315,12 @@ func (p *Plugin) Repair(ctx context.Context, store RepairStore, o RepairOptions,
 		return fmt.Errorf("repair: %w", err)
 	}
 	fmt.Fprintf(out, "repair: saved %s (%d allocations)\n", store.Path(), len(base.Allocations))
+	if slices.ContainsFunc(base.Allocations, func(a alloc.Allocation) bool { return a.Network == p.Cfg.Network && a.Egress4.IsValid() }) {
+		// A flushed nat table is found by CHECK and restored here.
+		if err := p.ensureEgress4(false); err != nil {
+			return fmt.Errorf("repair: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -370,7 +402,11 @@ func printRepair(w io.Writer, plan repairPlan, dryRun bool, hold time.Duration) 
 		if a.PodName != "" {
 			pod = a.PodNamespace + "/" + a.PodName
 		}
-		fmt.Fprintf(w, "repair: %s %s to %s (%s, host veth %s%s)\n", would("record"), a.IP, pod, a.Key, a.HostVeth, ifSet(", eni ", a.ENI))
+		egress := ""
+		if a.Egress4.IsValid() {
+			egress = a.Egress4.String()
+		}
+		fmt.Fprintf(w, "repair: %s %s to %s (%s, host veth %s%s%s)\n", would("record"), a.IP, pod, a.Key, a.HostVeth, ifSet(", eni ", a.ENI), ifSet(", egress ", egress))
 	}
 	for _, h := range plan.Held {
 		fmt.Fprintf(w, "repair: %s %s (routed through %s, which no listed sandbox owns) out of use for %s; gc removes that wiring\n", would("hold"), h.IP, h.Veth, hold)

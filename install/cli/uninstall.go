@@ -271,7 +271,7 @@ func networkSteps(cfg *netconf.Config, st *alloc.State) ([]install.Step, error) 
 		steps = append(steps, install.Step{Desc: fmt.Sprintf("flush route table %d (%d routes of a secondary ENI)", t, n),
 			Do: func(context.Context) error { return netsetup.FlushTable(t) }})
 	}
-	steps = append(steps, snatStep(cfg), nodePortStep())
+	steps = append(steps, snatStep(cfg), egress4Step(cfg), nodePortStep())
 	if !slices.ContainsFunc(steps, func(s install.Step) bool { return s.Do != nil }) {
 		steps = append(steps, install.Note("no eni-cni veths, rules or ENI tables in this network namespace"))
 	}
@@ -312,6 +312,23 @@ func snatStep(cfg *netconf.Config) install.Step {
 	}
 	return install.Step{Desc: "remove iptables nat chain " + snat.Chain + " and its POSTROUTING jump, and the filter chain of that name (the drop of conntrack-INVALID pod traffic) and its FORWARD jump",
 		Do: func(context.Context) error { _, err := snat.Remove(); return err }}
+}
+
+// egress4Step removes the masquerade of IPv6-only pods' IPv4 egress (the
+// first ADD of a boot of such a pod sets it up).
+func egress4Step(cfg *netconf.Config) install.Step {
+	if _, err := exec.LookPath("iptables"); err != nil {
+		return install.Note("iptables not installed: no egress chain to remove")
+	}
+	present, err := snat.Egress4Present()
+	switch {
+	case err != nil:
+		return install.Note("egress chain %s: cannot tell (%v)", snat.Egress4Chain, err)
+	case !present:
+		return install.Note("absent iptables nat chain %s", snat.Egress4Chain)
+	}
+	return install.Step{Desc: "remove iptables nat chain " + snat.Egress4Chain + " (IPv4 egress of IPv6-only pods) and its POSTROUTING jump, and the filter chain of that name and its FORWARD jump",
+		Do: func(context.Context) error { _, err := snat.RemoveEgress4(cfg.StateDir); return err }}
 }
 
 // nodePortStep removes the primary ENI's connection marking (warm and the

@@ -9,17 +9,22 @@ import (
 // Present reports whether the nat or the filter table has our chain (and
 // so, perhaps, the jump to it): uninstall says what it will remove before
 // it does.
-func Present() (bool, error) {
+func Present() (bool, error) { return present(natTable, filterTable) }
+
+// Egress4Present is Present of Egress4Chain.
+func Egress4Present() (bool, error) { return present(egressNat, egressFilter) }
+
+func present(tables ...table) (bool, error) {
 	ipt, err := iptables.NewWithProtocol(iptables.ProtocolIPv4)
 	if err != nil {
 		return false, fmt.Errorf("iptables: %w", err)
 	}
-	for _, tb := range []table{natTable, filterTable} {
+	for _, tb := range tables {
 		// Without the chain there is no jump: iptables refuses a jump
 		// to a chain that does not exist.
-		exists, err := ipt.ChainExists(tb.name, Chain)
+		exists, err := ipt.ChainExists(tb.name, tb.chain)
 		if err != nil {
-			return false, fmt.Errorf("look for chain %s in %s: %w", Chain, tb.name, err)
+			return false, fmt.Errorf("look for chain %s in %s: %w", tb.chain, tb.name, err)
 		}
 		if exists {
 			return true, nil
@@ -57,25 +62,25 @@ func Check(s Spec) (missing []string, err error) {
 }
 
 func checkTable(ipt *iptables.IPTables, tb table, want [][]string, what string) ([]string, error) {
-	exists, err := ipt.ChainExists(tb.name, Chain)
+	exists, err := ipt.ChainExists(tb.name, tb.chain)
 	if err != nil {
-		return nil, fmt.Errorf("look for chain %s in %s: %w", Chain, tb.name, err)
+		return nil, fmt.Errorf("look for chain %s in %s: %w", tb.chain, tb.name, err)
 	}
 	if !exists {
-		return []string{fmt.Sprintf("iptables %s chain %s (%s)", tb.name, Chain, what)}, nil
+		return []string{fmt.Sprintf("iptables %s chain %s (%s)", tb.name, tb.chain, what)}, nil
 	}
 	var missing []string
-	have, err := ipt.List(tb.name, Chain)
+	have, err := ipt.List(tb.name, tb.chain)
 	if err != nil {
-		return nil, fmt.Errorf("list chain %s in %s: %w", Chain, tb.name, err)
+		return nil, fmt.Errorf("list chain %s in %s: %w", tb.chain, tb.name, err)
 	}
 	if !sameRules(have, want) {
-		missing = append(missing, fmt.Sprintf("the pool's rules in %s chain %s (%s)", tb.name, Chain, what))
+		missing = append(missing, fmt.Sprintf("the pool's rules in %s chain %s (%s)", tb.name, tb.chain, what))
 	}
 	if ok, err := ipt.Exists(tb.name, tb.hook, tb.jump...); err != nil {
 		return nil, fmt.Errorf("look for the %s jump: %w", tb.hook, err)
 	} else if !ok {
-		missing = append(missing, fmt.Sprintf("the jump to %s from %s %s", Chain, tb.name, tb.hook))
+		missing = append(missing, fmt.Sprintf("the jump to %s from %s %s", tb.chain, tb.name, tb.hook))
 	}
 	return missing, nil
 }

@@ -111,16 +111,16 @@ var dropJump = []string{"-m", "comment", "--comment", dropComment, "-j", Chain}
 // table is one of the two chains Ensure keeps: its table, the built-in
 // chain that jumps to it and the jump.
 type table struct {
-	name, hook string
-	jump       []string
-	first      bool // jump inserted first, not appended
+	name, hook, chain string
+	jump              []string
+	first             bool // jump inserted first, not appended
 }
 
 var (
-	natTable = table{name: "nat", hook: "POSTROUTING", jump: jump}
+	natTable = table{name: "nat", hook: "POSTROUTING", chain: Chain, jump: jump}
 	// First in FORWARD: a rule before it that accepts pod traffic
 	// (Docker's, kube-proxy's for established connections) would skip it.
-	filterTable = table{name: "filter", hook: "FORWARD", jump: dropJump, first: true}
+	filterTable = table{name: "filter", hook: "FORWARD", chain: Chain, jump: dropJump, first: true}
 )
 
 // Ensure makes the nat table hold exactly our chain's rules and the jump to
@@ -131,6 +131,13 @@ func Ensure(stateDir string, s Spec) (changed bool, err error) {
 	if err := s.valid(); err != nil {
 		return false, err
 	}
+	return ensureLocked(stateDir, filterTable, DropRules(s), natTable, Rules(s))
+}
+
+// ensureLocked makes the filter table's chain fb hold drop and the nat
+// table's nb hold rules, under LockName in stateDir. The drop first: SNAT
+// without it lets INVALID packets out unNATed.
+func ensureLocked(stateDir string, fb table, drop [][]string, nb table, rules [][]string) (changed bool, err error) {
 	path := filepath.Join(stateDir, LockName)
 	lk, err := lockfile.Open(path, os.O_CREATE|os.O_RDONLY)
 	if err != nil {
@@ -144,33 +151,32 @@ func Ensure(stateDir string, s Spec) (changed bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("iptables: %w", err)
 	}
-	// The drop first: SNAT without it lets INVALID packets out unNATed.
-	dropChanged, err := ensureTable(ipt, filterTable, DropRules(s))
+	dropChanged, err := ensureTable(ipt, fb, drop)
 	if err != nil {
 		return dropChanged, err
 	}
-	natChanged, err := ensureTable(ipt, natTable, Rules(s))
+	natChanged, err := ensureTable(ipt, nb, rules)
 	return dropChanged || natChanged, err
 }
 
 // ensureTable makes tb's Chain hold exactly want and its hook jump to it.
 func ensureTable(ipt *iptables.IPTables, tb table, want [][]string) (changed bool, err error) {
-	exists, err := ipt.ChainExists(tb.name, Chain)
+	exists, err := ipt.ChainExists(tb.name, tb.chain)
 	if err != nil {
-		return false, fmt.Errorf("look for chain %s in %s: %w", Chain, tb.name, err)
+		return false, fmt.Errorf("look for chain %s in %s: %w", tb.chain, tb.name, err)
 	}
 	if !exists {
-		if err := ipt.NewChain(tb.name, Chain); err != nil {
-			return false, fmt.Errorf("create chain %s in %s: %w", Chain, tb.name, err)
+		if err := ipt.NewChain(tb.name, tb.chain); err != nil {
+			return false, fmt.Errorf("create chain %s in %s: %w", tb.chain, tb.name, err)
 		}
 		changed = true
 	}
-	have, err := ipt.List(tb.name, Chain)
+	have, err := ipt.List(tb.name, tb.chain)
 	if err != nil {
-		return changed, fmt.Errorf("list chain %s in %s: %w", Chain, tb.name, err)
+		return changed, fmt.Errorf("list chain %s in %s: %w", tb.chain, tb.name, err)
 	}
 	if !sameRules(have, want) {
-		if err := replaceRules(ipt, tb.name, want, len(ruleLines(have))); err != nil {
+		if err := replaceRules(ipt, tb, want, len(ruleLines(have))); err != nil {
 			return true, err
 		}
 		changed = true
@@ -179,7 +185,7 @@ func ensureTable(ipt *iptables.IPTables, tb table, want [][]string) (changed boo
 	return changed || c, err
 }
 
-// replaceRules makes Chain in table hold want, in order, with no moment
+// replaceRules makes tb's chain hold want, in order, with no moment
 // when it holds neither the old rules nor the new: the new ones go in
 // before the old ones, which then go. NAT is decided on a connection's
 // first packet and kept for its life, so a chain cleared and refilled (as
@@ -188,15 +194,15 @@ func ensureTable(ipt *iptables.IPTables, tb table, want [][]string) (changed boo
 // queries to its upstream, one UDP flow refreshed every half second, seen
 // dropped at the cluster suite's internet gateway). old is the number of
 // rules the chain holds.
-func replaceRules(ipt *iptables.IPTables, table string, want [][]string, old int) error {
+func replaceRules(ipt *iptables.IPTables, tb table, want [][]string, old int) error {
 	for i, r := range want {
-		if err := ipt.Insert(table, Chain, i+1, r...); err != nil {
-			return fmt.Errorf("add rule to %s in %s: %w", Chain, table, err)
+		if err := ipt.Insert(tb.name, tb.chain, i+1, r...); err != nil {
+			return fmt.Errorf("add rule to %s in %s: %w", tb.chain, tb.name, err)
 		}
 	}
 	for range old {
-		if err := ipt.DeleteById(table, Chain, len(want)+1); err != nil {
-			return fmt.Errorf("delete an old rule of %s in %s: %w", Chain, table, err)
+		if err := ipt.DeleteById(tb.name, tb.chain, len(want)+1); err != nil {
+			return fmt.Errorf("delete an old rule of %s in %s: %w", tb.chain, tb.name, err)
 		}
 	}
 	return nil
@@ -238,7 +244,7 @@ func countJumps(ipt *iptables.IPTables, tb table) (int, error) {
 	n := 0
 	for _, r := range rules {
 		f := strings.Fields(r)
-		if len(f) > 1 && f[0] == "-A" && slices.Contains(f, "-j") && f[len(f)-1] == Chain {
+		if len(f) > 1 && f[0] == "-A" && slices.Contains(f, "-j") && f[len(f)-1] == tb.chain {
 			n++
 		}
 	}
@@ -263,7 +269,7 @@ func Remove() (changed bool, err error) {
 }
 
 func removeTable(ipt *iptables.IPTables, tb table) (bool, error) {
-	exists, err := ipt.ChainExists(tb.name, Chain)
+	exists, err := ipt.ChainExists(tb.name, tb.chain)
 	if err != nil || !exists { // no chain, no jump to it either
 		return false, err
 	}
@@ -277,8 +283,8 @@ func removeTable(ipt *iptables.IPTables, tb table) (bool, error) {
 			return false, fmt.Errorf("delete the %s jump: %w", tb.hook, err)
 		}
 	}
-	if err := ipt.ClearAndDeleteChain(tb.name, Chain); err != nil {
-		return true, fmt.Errorf("delete chain %s in %s: %w", Chain, tb.name, err)
+	if err := ipt.ClearAndDeleteChain(tb.name, tb.chain); err != nil {
+		return true, fmt.Errorf("delete chain %s in %s: %w", tb.chain, tb.name, err)
 	}
 	return true, nil
 }
@@ -294,7 +300,7 @@ func sameRules(have []string, want [][]string) bool {
 	}
 	for i, w := range want {
 		for _, tok := range w {
-			if (tok == "RETURN" || tok == "SNAT" || tok == "DROP" || tok == "INVALID" || isAddr(tok)) && !slices.Contains(strings.Fields(rules[i]), tok) {
+			if (tok == "RETURN" || tok == "SNAT" || tok == "MASQUERADE" || tok == "DROP" || tok == "INVALID" || isAddr(tok)) && !slices.Contains(strings.Fields(rules[i]), tok) {
 				return false
 			}
 		}

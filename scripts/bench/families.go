@@ -15,16 +15,22 @@ type familyRun struct {
 	eniRanges   []string
 	refRanges   [][]map[string]string
 	refRoutes   []map[string]string
+	// extra are further keys of the eni-cni network.
+	extra map[string]any
 }
 
 var familyRuns = []familyRun{
 	{"4", "IPv4", []string{"ipv4"}, []string{"10.97.0.0/24"},
-		[][]map[string]string{{{"subnet": "10.96.0.0/24"}}}, []map[string]string{{"dst": "0.0.0.0/0"}}},
+		[][]map[string]string{{{"subnet": "10.96.0.0/24"}}}, []map[string]string{{"dst": "0.0.0.0/0"}}, nil},
 	{"6", "IPv6", []string{"ipv6"}, []string{"fd00:97::/120"},
-		[][]map[string]string{{{"subnet": "fd00:96::/120"}}}, []map[string]string{{"dst": "::/0"}}},
+		[][]map[string]string{{{"subnet": "fd00:96::/120"}}}, []map[string]string{{"dst": "::/0"}}, nil},
 	{"46", "dual-stack", []string{"ipv4", "ipv6"}, []string{"10.95.0.0/24", "fd00:95::/120"},
 		[][]map[string]string{{{"subnet": "10.94.0.0/24"}}, {{"subnet": "fd00:94::/120"}}},
-		[]map[string]string{{"dst": "0.0.0.0/0"}, {"dst": "::/0"}}},
+		[]map[string]string{{"dst": "0.0.0.0/0"}, {"dst": "::/0"}}, nil},
+	// IPv6 with the IPv4 egress address and its masquerade, forced on: the
+	// bench's node has no IPv4 default route, which the default asks for.
+	{"6e", "IPv6 + IPv4 egress", []string{"ipv6"}, []string{"fd00:93::/120"},
+		[][]map[string]string{{{"subnet": "fd00:92::/120"}}}, []map[string]string{{"dst": "::/0"}}, map[string]any{"ipv4Egress": true}},
 }
 
 // familyPlugins are the plugins of run r, on the nodes and pods of the
@@ -37,6 +43,9 @@ func (b *bench) familyPlugins(r familyRun, off, n int) (eni, ref *plugin) {
 		"stateDir": eni.stateDir, "mtu": b.cfg.mtu, "cooldownSeconds": b.cfg.cooldown, "ipFamilies": r.families,
 		"pool": map[string]any{"source": "static", "ranges": r.eniRanges},
 	}
+	for k, v := range r.extra {
+		eni.conf[k] = v
+	}
 	ref = &plugin{key: "ref" + r.name, label: "ptp+host-local " + r.label, bin: b.ref.bin, cniPath: b.ref.cniPath, node: b.ref.node,
 		pods: b.ref.pods[off : off+n], stateDir: filepath.Join(b.work, "host-local-"+r.name)}
 	ref.conf = map[string]any{
@@ -48,7 +57,7 @@ func (b *bench) familyPlugins(r familyRun, off, n int) (eni, ref *plugin) {
 
 // phaseFamilies times sequential ADDs (then DELs) of familyN pods per
 // plugin and family set, every plugin's i-th pod before any plugin's
-// (i+1)-th, the order rotating, so that all six share the machine's noise.
+// (i+1)-th, the order rotating, so that all of them share the machine's noise.
 // ptp + host-local waits for IPv6 duplicate address detection to settle
 // on every ADD of an IPv6 address (pkg/ipam ConfigureIface), about 1-2 s,
 // so the count is smaller than the main comparison's.

@@ -87,7 +87,7 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.install, "install", true, "run scripts/install-test-deps.sh first (installs ptp, host-local, ...)")
 	fs.BoolVar(&c.sharedNode, "shared-node", false, "run both plugins in one node namespace instead of one each")
 	fs.IntVar(&c.n, "n", 200, "sequential pods per plugin (ADD all, CHECK all, DEL all)")
-	fs.IntVar(&c.familyN, "family-n", 20, "sequential pods per plugin and address family set (IPv4, IPv6, dual-stack; 0: skip, for a binary without ipFamilies)")
+	fs.IntVar(&c.familyN, "family-n", 20, "sequential pods per plugin and address family set (IPv4, IPv6, dual-stack, IPv6 with IPv4 egress; 0: skip, for a binary without ipFamilies)")
 	fs.IntVar(&c.burst, "burst", 50, "concurrent ADDs (then DELs) per burst")
 	fs.IntVar(&c.burstRounds, "burst-rounds", 3, "bursts per plugin")
 	fs.IntVar(&c.gone, "gone", 50, "DELs with the netns gone, per plugin")
@@ -135,8 +135,8 @@ func parseFlags(args []string) (config, error) {
 	switch {
 	case c.n < 10 || c.n > 250:
 		return c, errors.New("-n must be 10..250 (the pods share a /24)")
-	case c.familyN < 0 || 3*c.familyN > c.n:
-		return c, errors.New("-family-n must be 0..n/3 (its pods are the sequential phase's; 0 skips the phase)")
+	case c.familyN < 0 || len(familyRuns)*c.familyN > c.n:
+		return c, fmt.Errorf("-family-n must be 0..n/%d (its pods are the sequential phase's; 0 skips the phase)", len(familyRuns))
 	case c.burst < 1 || c.burst > 250 || c.burstRounds < 1:
 		return c, errors.New("-burst must be 1..250 and -burst-rounds >= 1")
 	case c.gcAllocs < 1 || c.gcAllocs > 250 || c.gcDead > c.gcAllocs || c.gcSandboxes < c.gcAllocs-c.gcDead:
