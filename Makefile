@@ -65,7 +65,10 @@ test-daemonset: build
 
 # A real kubelet (standalone, static pods) drives eni-cni through containerd.
 # Needs `make deps` (kubelet is built once, 6-20 min). KUBELET_PHASES="static"
-# skips the ec2 phase; KUBELET_EC2_POOL=dry tests ADD on a dry ec2 pool.
+# skips the ec2 phase; KUBELET_EC2_POOL=dry tests ADD on a dry ec2 pool;
+# KUBELET_EC2_FAMILY=ipv6 (or dual) runs the ec2 phase's pods on the /80 the
+# fake delegates (their addresses, reachability, one AssignIpv6Addresses, all
+# freed), KUBELET_EC2_SELFTEST=1 proves the reachability check can fail.
 test-kubelet: build
 	bash scripts/e2e/kubelet.sh --phases "$(or $(KUBELET_PHASES),static ec2)" $(CURDIR)/$(BIN)
 
@@ -134,6 +137,7 @@ test: deps lint build
 	$(MAKE) --no-print-directory stress STRESS_DURATION=60s
 	$(MAKE) --no-print-directory test-e2e
 	$(MAKE) --no-print-directory test-kubelet
+	$(MAKE) --no-print-directory test-kubelet KUBELET_PHASES=ec2 KUBELET_EC2_FAMILY=ipv6 KUBELET_EC2_SELFTEST=1
 	$(MAKE) --no-print-directory test-daemonset
 	$(MAKE) --no-print-directory test-kubeadm E2E_IP_FAMILY=ipv4
 	$(MAKE) --no-print-directory test-kubeadm E2E_IP_FAMILY=ipv6

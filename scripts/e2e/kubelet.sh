@@ -38,6 +38,25 @@
 #                                    (KUBELET_EC2_POOL=dry: no warm before, ADD
 #                                    waits for its own warm pass, addWaitSeconds)
 #   ec2-teardown-leaves-nothing
+# with KUBELET_EC2_FAMILY=ipv6 (or dual: both families; the ec2 pool of
+# this tree refuses it) the fake's subnet has an IPv6 /64, the node's ens5
+# the primary ENI's IPv6 address of it, the conflist ipFamilies, and the
+# burst's checks are instead:
+#   ec2-burst-20-ready-ipv6          all Running and Ready, one address a family in
+#                                    status.podIPs, store = runtime = host
+#   ec2-ipv6-addresses-of-the-delegated-80   each pod's IPv6 address of the /80
+#                                    the fake delegated (its describe JSON and
+#                                    IMDS ipv6-prefix agree), distinct, not its
+#                                    first; dual: an IPv4 secondary address too
+#   ec2-pods-reachable-from-node-ipv6   ping -6 node -> every pod, pod -> pod
+#   ec2-ipv6-fill-ec2-calls          one AssignIpv6Addresses filled the node (and,
+#                                    in ipv6, no IPv4 address or ENI asked for)
+#   ec2-selftest-route-removed       (KUBELET_EC2_SELFTEST=1) the node's route to
+#                                    one pod removed: the reachability and the
+#                                    store/host checks fail, put back: pass
+#   ec2-pods-deleted-addresses-freed-ipv6   manifests removed: every address freed,
+#                                    no veth or /128 route left, the /80 kept
+#   ec2-teardown-leaves-nothing
 # and at the end:
 #   host-restored                    sysctls (ip_forward and kubelet's tunables) and
 #                                    kubelet's paths outside its root dir as found
@@ -50,7 +69,8 @@
 # Usage: scripts/e2e/kubelet.sh [--phases "static ec2"] /abs/path/to/eni-cni
 # Root; after scripts/install-test-deps.sh --with-kubelet. Holds the host lock
 # of lib.sh (one kubelet per machine): a second run waits for the first.
-# Env: KUBELET_EC2_POOL=warm|dry [warm], KUBELET_BURST [20], E2E_KEEP_RUN=1 keeps logs.
+# Env: KUBELET_EC2_POOL=warm|dry [warm], KUBELET_EC2_FAMILY=ipv4|ipv6|dual [ipv4],
+# KUBELET_EC2_SELFTEST=1 (ipv6, dual), KUBELET_BURST [20], E2E_KEEP_RUN=1 keeps logs.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -75,10 +95,15 @@ ENI_BIN=$(realpath "${1:?usage: kubelet.sh [--phases P] [--bench OUT] /path/to/e
 BURST=${KUBELET_BURST:-20}
 EC2_POOL=${KUBELET_EC2_POOL:-warm}
 case $EC2_POOL in warm | dry) ;; *) echo "KUBELET_EC2_POOL must be warm or dry" >&2; exit 2 ;; esac
+EC2_FAMILY=${KUBELET_EC2_FAMILY:-ipv4}
+case $EC2_FAMILY in ipv4 | ipv6 | dual) ;; *) echo "KUBELET_EC2_FAMILY must be ipv4, ipv6 or dual" >&2; exit 2 ;; esac
+EC2_SELFTEST=${KUBELET_EC2_SELFTEST:-0}
 
 VPFX=kub                              # host veth prefix: kub + 12 hex
 POOL_RANGE=10.77.0.10-10.77.0.33      # 24 addresses, static phase (host namespace)
 POOL_RE='^10\.77\.0\.'
+SUBNET6=2600:1f18:76:7600::/64        # the fake subnet's IPv6 block (ec2 phase in ipv6 or dual)
+POOL6_RE='^2600:1f18:76:7600:'
 GC_GRACE=60s                          # the minimum of gc --grace, as of gcGraceSeconds
 COOLDOWN=5                            # cooldownSeconds cannot go below 5
 E2E_CONTAINERD=1
@@ -158,11 +183,12 @@ EOF
 # ------------------------------------------------------------------ checks
 
 # consistent: print why and fail unless the store matches the runtime and the
-# host: allocations = READY sandboxes (same IPs as CRI reports), no address
-# twice, one host veth, one `to` rule and one /32 route per allocation and no
+# host: allocations = READY sandboxes (same IPs as CRI reports, both of a
+# dual-stack pod), no address twice, one host veth, one `to` rule and one
+# /32 route per IPv4 address and one /128 route per IPv6 address and no
 # other in the pool, one netns per READY sandbox.
 consistent() {
-	local aj ready alloc got want id ip cip
+	local aj ready alloc got want want6 id ips cip
 	aj=$(alloc_json) || { echo "eni-cni list failed"; return 1; }
 	ready=$(kl_sandboxes ready | awk '{ print $1 }' | sort)
 	alloc=$(jq -r '.allocations[].containerID' <<<"$aj" | sort)
@@ -170,23 +196,39 @@ consistent() {
 		echo "READY sandboxes vs allocations:" $(diff <(echo "$ready") <(echo "$alloc") | grep '^[<>]')
 		return 1
 	}
-	got=$(jq -r '.allocations[].ip' <<<"$aj" | sort | uniq -d)
+	got=$(jq -r '.allocations[] | .ip, (.ip6 // empty)' <<<"$aj" | sort | uniq -d)
 	[ -z "$got" ] || { echo "allocated twice: $got"; return 1; }
-	while read -r id ip; do
+	while read -r id ips; do
 		[ -n "$id" ] || continue
-		cip=$(e2e_pod_ip "$id" 2>/dev/null) || cip=
-		[ "$cip" = "$ip" ] || { echo "sandbox $id: runtime reports ${cip:-no IP}, store $ip"; return 1; }
-	done < <(jq -r '.allocations[] | "\(.containerID) \(.ip)"' <<<"$aj")
+		cip=$(runtime_ips "$id" 2>/dev/null) || cip=
+		[ "$cip" = "$ips" ] || { echo "sandbox $id: runtime reports ${cip:-no IP}, store $ips"; return 1; }
+	done < <(jq -r '.allocations[] | "\(.containerID) \([.ip, (.ip6 // empty)] | sort | join(" "))"' <<<"$aj")
 	want=$(jq -r '.allocations[].hostVeth' <<<"$aj" | sort)
 	got=$(node_exec ip -o link show | awk -F': ' '{ sub(/@.*/, "", $2); print $2 }' | grep -E "^${VPFX}[0-9a-f]{12}$" | sort || true)
 	[ "$got" = "$want" ] || { echo "host veths:" $(diff <(echo "$got") <(echo "$want") | grep '^[<>]'); return 1; }
-	want=$(jq -r '.allocations[].ip' <<<"$aj" | sort)
+	want=$(jq -r '.allocations[] | .ip, (.ip6 // empty) | select(contains(":") | not)' <<<"$aj" | sort)
+	want6=$(jq -r '.allocations[] | .ip, (.ip6 // empty) | select(contains(":"))' <<<"$aj" | sort)
 	got=$(node_exec ip -4 rule show pref 512 | sed -nE 's/.* to ([0-9.]+) lookup main.*/\1/p' | grep -E "$POOL_RE" | sort || true)
 	[ "$got" = "$want" ] || { echo "rules at 512:" $(diff <(echo "$got") <(echo "$want") | grep '^[<>]'); return 1; }
 	got=$(node_exec ip -4 route show | awk -v p="$VPFX" '$2 == "dev" && index($3, p) == 1 { print $1 }' | grep -E "$POOL_RE" | sort || true)
 	[ "$got" = "$want" ] || { echo "/32 routes:" $(diff <(echo "$got") <(echo "$want") | grep '^[<>]'); return 1; }
+	got=$(veth_routes6 | sort)
+	[ "$got" = "$want6" ] || { echo "/128 routes:" $(diff <(echo "$got") <(echo "$want6") | grep '^[<>]'); return 1; }
 	got=$(find "$NETNS_DIR" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
 	[ "$got" = "$(grep -c . <<<"$ready" || true)" ] || { echo "$got netns for $(grep -c . <<<"$ready" || true) READY sandboxes"; return 1; }
+}
+
+# runtime_ips ID: the sandbox's addresses as CRI reports them (the CNI
+# result's: its primary IP and the additional one of a dual-stack pod),
+# sorted as jq sorts, space-separated.
+runtime_ips() {
+	e2e_inspectp "$1" | jq -er '[.status.network.ip // empty, ((.status.network.additionalIps // [])[].ip)] | sort | join(" ")'
+}
+
+# veth_routes6: the node's IPv6 host routes through a pod's veth (not the
+# link-local /64 the kernel puts on every link), one address a line.
+veth_routes6() {
+	node_exec ip -6 route show | awk -v p="$VPFX" '$2 == "dev" && index($3, p) == 1 && $1 !~ /^fe80:/ { sub(/\/128$/, "", $1); print $1 }'
 }
 
 # check_consistent: consistent, allowing a few seconds for work in flight.
@@ -625,6 +667,10 @@ teardown() {
 	[ "$n" = 0 ] || fail "$n host veths left"
 	n=$(node_exec ip -4 rule | grep -E "^(512|1536):.*[[:space:]](to|from) ${POOL_RE#^}[0-9.]* " || true)
 	[ -z "$n" ] || fail "rules left for freed addresses (every DEL succeeded and nothing is allocated):$(printf ' [%s]' "$n" | tr '\n\t' '; ')"
+	n=$(veth_routes6)
+	[ -z "$n" ] || fail "/128 routes left: $(echo $n)"
+	n=$(node_exec ip -6 rule | grep -E "(to|from) ${POOL6_RE#^}" || true)
+	[ -z "$n" ] || fail "IPv6 rules left for pod addresses:$(printf ' [%s]' "$n" | tr '\n\t' '; ')"
 	pass "all addresses freed ${freed}s after the manifests went; kubelet and containerd stopped; nothing left"
 	e2e_cleanup
 }
@@ -665,8 +711,10 @@ ec2_setup() {
 	ip netns add "$EC2_VPC"
 	ip -n "$EC2_NODE" link set lo up
 	(cd "$ROOT" && CGO_ENABLED=0 go build -o "$EC2_WORK/ec2fake" ./ec2/ec2fake/cmd/ec2fake) || fail "build ec2fake"
+	local v6=()
+	[ "$EC2_FAMILY" = ipv4 ] || v6=(--subnet-ipv6-cidr "$SUBNET6")
 	_e2e_nolock nsenter --net="/run/netns/$EC2_NODE" -- "$EC2_WORK/ec2fake" --instance-type m5.xlarge \
-		--vpc-cidr 10.76.0.0/16 --subnet-cidr 10.76.0.0/20 --describe "$EC2_WORK/ec2.json" \
+		--vpc-cidr 10.76.0.0/16 --subnet-cidr 10.76.0.0/20 "${v6[@]}" --describe "$EC2_WORK/ec2.json" \
 		--env-file "$EC2_WORK/ec2.env" >"$EC2_WORK/ec2fake.out" 2>"$EC2_WORK/ec2fake.err" &
 	FAKE_PID=$!
 	wait_for 10 test -s "$EC2_WORK/ec2fake.out" -a -s "$EC2_WORK/ec2.env" -a -s "$EC2_WORK/ec2.json" ||
@@ -679,6 +727,9 @@ ec2_setup() {
 	ip -n "$EC2_NODE" link set ens5 up
 	ip -n "$EC2_NODE" addr add "$pip/20" dev ens5
 	ip -n "$EC2_NODE" route add default via 10.76.0.1 dev ens5
+	NODE_IP6=
+	[ "$EC2_FAMILY" = ipv4 ] || ec2_node_ipv6
+	EC2_CALLS0=$(jq -c .calls "$EC2_WORK/ec2.json")
 	ec2_hypervisor &
 	WATCH_PID=$!
 	# The SDK's credentials and endpoints, for warm, gc and (through
@@ -721,6 +772,11 @@ ec2_teardown() {
 ec2_conflist() {
 	local wait=
 	[ "$EC2_POOL" = dry ] && wait='"addWaitSeconds": 60,'
+	local fam=
+	case $EC2_FAMILY in
+	ipv6) fam='"ipFamilies": ["ipv6"],' ;;
+	dual) fam='"ipFamilies": ["ipv4", "ipv6"],' ;;
+	esac
 	cat <<EOF
 {
   "cniVersion": "1.0.0",
@@ -733,6 +789,7 @@ ec2_conflist() {
       "cooldownSeconds": $COOLDOWN,
       "imdsEndpoint": "$EC2_URL",
       "ec2Endpoint": "$EC2_URL",
+      $fam
       "pool": { "source": "ec2", "warmIPTarget": $((BURST + 2)), $wait "maxENIs": 3 } }
   ]
 }
@@ -775,26 +832,216 @@ store: $(alloc_json | jq -c --arg ip "$ip" '.allocations[] | select(.ip == $ip)'
 	pass "$BURST Ready on the ec2 pool ($EC2_POOL), no ADD failed, distinct EC2-assigned addresses ($onsec on a second ENI, with its rule), pinged from the node; last Ready ${last}s (median ${p50}s)"
 }
 
+# ------------------------------------------------------------------ ec2 phase in IPv6 and dual-stack
+
+ec2_node() { nsenter --net="/run/netns/$EC2_NODE" -- "$@"; }
+
+# ec2_node_ipv6: the primary ENI gets an IPv6 address of the subnet's /64
+# (one AssignIpv6Addresses before the suite counts the fill's calls, as a
+# launch in a subnet with IPv6 gives it one), which the node carries on
+# ens5 with a default route via the VPC router's link-local address.
+ec2_node_ipv6() {
+	local eni out
+	eni=$(jq -r '.enis[] | select(.deviceIndex == 0) | .id' "$EC2_WORK/ec2.json")
+	out=$(ec2_node curl -sS -d Action=AssignIpv6Addresses -d Version=2016-11-15 -d "NetworkInterfaceId=$eni" \
+		-d Ipv6AddressCount=1 "$EC2_URL/" 2>&1) || fail "assign the node's IPv6 address: $out"
+	NODE_IP6=$(poll 10 jq -er '.enis[] | select(.deviceIndex == 0) | .ipv6s[0] // empty' "$EC2_WORK/ec2.json") ||
+		fail "the fake shows no IPv6 address on $eni: $out"
+	ip -n "$EC2_NODE" addr add "$NODE_IP6/64" dev ens5 nodad
+	ip -n "$EC2_NODE" -6 route add default via fe80::1 dev ens5
+}
+
+# imds_get PATH: PATH under the node's IMDS meta-data, as the SDK asks (IMDSv2).
+imds_get() {
+	local tok
+	tok=$(ec2_node curl -sSf -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' "$EC2_URL/latest/api/token") &&
+		ec2_node curl -sSf -H "X-aws-ec2-metadata-token: $tok" "$EC2_URL/latest/meta-data/$1"
+}
+
+# pool_free: the pool's free addresses, of the scarcer family on a network
+# of more than IPv4.
+pool_free() { pool_counts | jq 'if .families then ([.families[] | .free] | min) else .free end'; }
+
+# pods_ips PREFIX: "name ip..." for each pod PREFIX-* kubelet reports, every
+# address of its status.podIPs.
+pods_ips() {
+	kl_pods | jq -r --arg sfx "-$KL_NODE" --arg p "$1-" '(.items // [])[] | (.metadata.name | rtrimstr($sfx)) as $n |
+		select($n | startswith($p)) | "\($n) \([(.status.podIPs // [])[].ip] | join(" "))"'
+}
+# ips_of FAMILY [POD]: the burst's addresses of FAMILY (4 or 6), or POD's,
+# one a line.
+ips_of() {
+	awk -v f="$1" -v n="${2:-}" 'n == "" || $1 == n { for (i = 2; i <= NF; i++) if (($i ~ /:/) == (f == 6)) print $i }' <<<"$BURST6_IPS"
+}
+
+# unreachable IP...: print each IP the node cannot ping (3 tries: the first
+# echo may leave while the node still resolves the pod on its veth).
+unreachable() {
+	local ip i f
+	for ip in "$@"; do
+		f=-4
+		[[ $ip == *:* ]] && f=-6
+		for ((i = 0; i < 3; i++)); do
+			node_exec ping "$f" -c1 -W1 -q "$ip" >/dev/null 2>&1 && continue 2
+		done
+		echo "$ip"
+	done
+}
+
+# ec2_calls_delta: the fake's EC2 calls since the node was set up (the
+# warm passes', the burst's), as {action: count}.
+ec2_calls_delta() {
+	jq -c --argjson a "$EC2_CALLS0" '.calls | with_entries(.value -= ($a[.key] // 0) | select(.value != 0))' "$EC2_WORK/ec2.json"
+}
+
+case_ec2_burst6() {
+	begin "ec2-burst-$BURST-ready-$EC2_FAMILY"
+	local want=1 bad
+	[ "$EC2_FAMILY" = dual ] && want=2
+	burst_ready ec2 180
+	BURST6_IPS=$(pods_ips ec2)
+	[ "$(grep -c . <<<"$BURST6_IPS")" = "$BURST" ] || fail "kubelet lists $(grep -c . <<<"$BURST6_IPS") ec2 pods, want $BURST"
+	bad=$(awk -v w="$want" 'NF != w + 1' <<<"$BURST6_IPS")
+	[ -z "$bad" ] || fail "pods without $want addresses in status.podIPs: $bad"
+	check_consistent
+	TIMINGS+=("ec2 burst of $BURST ($EC2_FAMILY, $EC2_POOL pool): last Ready ${BURST_LAST}s, median ${BURST_P50}s after the manifests")
+	pass "$BURST Running and Ready, $want address(es) each in status.podIPs, no ADD failed, store = runtime = host (veths, /128 routes); last Ready ${BURST_LAST}s (median ${BURST_P50}s)"
+}
+
+# case_ec2_prefix6: every pod's IPv6 address is of the /80 the fake
+# delegated to the primary ENI (its describe JSON and IMDS ipv6-prefix
+# agree), distinct, never the prefix's first; a dual-stack pod's IPv4
+# address is a secondary address the fake assigned.
+case_ec2_prefix6() {
+	begin "ec2-$EC2_FAMILY-addresses-of-the-delegated-80"
+	local pmac pfx imds v6 v4 bad secondary
+	read -r pmac pfx < <(jq -r '.enis[] | select(.deviceIndex == 0) | "\(.mac) \((.ipv6Prefixes // []) | join(","))"' "$EC2_WORK/ec2.json")
+	[[ $pfx == */80 && $pfx != *,* ]] || fail "the primary ENI has IPv6 prefixes '$pfx', want one /80"
+	imds=$(imds_get "network/interfaces/macs/$pmac/ipv6-prefix" 2>&1) || fail "IMDS ipv6-prefix of $pmac: $imds"
+	[ "$imds" = "$pfx" ] || fail "IMDS says ipv6-prefix '$imds', the fake's describe $pfx"
+	v6=$(ips_of 6)
+	[ "$(sort -u <<<"$v6" | grep -c .)" = "$BURST" ] || fail "$BURST pods got $(sort -u <<<"$v6" | grep -c .) distinct IPv6 addresses: $(echo $v6)"
+	bad=$(python3 -c 'import ipaddress, sys
+p = ipaddress.ip_network(sys.argv[1])
+for l in sys.stdin.read().split():
+    a = ipaddress.ip_address(l)
+    if a not in p or a == p.network_address:
+        print(a)' "$pfx" <<<"$v6")
+	[ -z "$bad" ] || fail "IPv6 addresses not of $pfx (or its first address): $(echo $bad)"
+	PFX6=$pfx
+	if [ "$EC2_FAMILY" = dual ]; then
+		v4=$(ips_of 4)
+		[ "$(sort -u <<<"$v4" | grep -c .)" = "$BURST" ] || fail "$BURST pods got $(sort -u <<<"$v4" | grep -c .) distinct IPv4 addresses"
+		secondary=$(jq -r '.enis[] | .secondaryIps[]' "$EC2_WORK/ec2.json")
+		bad=$(grep -vxF -f <(echo "$secondary") <<<"$v4" || true)
+		[ -z "$bad" ] || fail "IPv4 addresses the fake did not assign: $(echo $bad)"
+	fi
+	pass "$BURST distinct IPv6 addresses of $pfx (the fake's describe and IMDS ipv6-prefix of $pmac agree), none its first$([ "$EC2_FAMILY" != dual ] ||
+		echo "; $BURST distinct IPv4 secondary addresses the fake assigned")"
+}
+
+case_ec2_reachable6() {
+	begin "ec2-pods-reachable-from-node-$EC2_FAMILY"
+	local bad a b
+	bad=$(unreachable $(awk '{ $1 = ""; print }' <<<"$BURST6_IPS"))
+	[ -z "$bad" ] || fail "the node ($NODE_IP6) cannot ping: $(echo $bad)"
+	a=$(ips_of 6 ec2-00)
+	b=$(ips_of 6 ec2-01)
+	e2e_netns_exec "$(sandbox_of ec2-00)" ping -6 -c1 -W2 -q "$b" >/dev/null || fail "ec2-00 ($a) cannot ping ec2-01 ($b)"
+	pass "node ($NODE_IP6) pings all $BURST pods at each of their addresses; ec2-00 -> ec2-01 over IPv6"
+}
+
+case_ec2_fill_calls6() {
+	begin "ec2-$EC2_FAMILY-fill-ec2-calls"
+	local d
+	d=$(ec2_calls_delta)
+	[ "$(jq '.AssignIpv6Addresses // 0' <<<"$d")" = 1 ] || fail "AssignIpv6Addresses $(jq '.AssignIpv6Addresses // 0' <<<"$d") times to fill the node, want 1: $d"
+	if [ "$EC2_FAMILY" = ipv6 ]; then
+		[ "$(jq '[.AssignPrivateIpAddresses, .CreateNetworkInterface, .AttachNetworkInterface] | add // 0' <<<"$d")" = 0 ] ||
+			fail "IPv4 addresses or ENIs asked for on a network of IPv6: $d"
+	fi
+	pass "1 AssignIpv6Addresses for the /80 filled the node; every EC2 call of the warm passes and the burst: $d"
+}
+
+# case_ec2_selftest6: the reachability check can fail: the node's /128
+# route to one pod taken away, the check must name that address (and the
+# store/host comparison too); a dual-stack pod's IPv4 address still
+# passes; the route put back, it passes again.
+case_ec2_selftest6() {
+	begin ec2-selftest-route-removed
+	local a4 a6 route why
+	a6=$(ips_of 6 ec2-00)
+	a4=$(ips_of 4 ec2-00)
+	route=$(node_exec ip -6 route show "$a6/128")
+	[ -n "$route" ] || fail "no node route to ec2-00's $a6"
+	node_exec ip -6 route del "$a6/128"
+	[ "$(unreachable "$a6")" = "$a6" ] || { node_exec ip -6 route add $route; fail "the reachability check passed with the node's route to $a6 removed"; }
+	why=$(consistent 2>&1) && { node_exec ip -6 route add $route; fail "the store/host check passed with the node's route to $a6 removed"; }
+	if [ -n "$a4" ]; then
+		[ -z "$(unreachable "$a4")" ] || { node_exec ip -6 route add $route; fail "ec2-00's IPv4 $a4 unreachable with only its IPv6 route removed"; }
+	fi
+	node_exec ip -6 route add $route
+	[ -z "$(unreachable "$a6")" ] || fail "ec2-00's $a6 still unreachable with its route ($route) put back"
+	check_consistent
+	pass "route to ec2-00's $a6 removed: the reachability check failed for it, the store/host check said '$why'$([ -z "$a4" ] ||
+		echo ", its IPv4 $a4 still passed"); route put back: both pass"
+}
+
+# case_ec2_freed6: the burst's manifests removed, every DEL succeeds and
+# frees both addresses of its pod: nothing allocated, no veth or /128 route
+# left, the /80 still delegated (trim never gives it back).
+case_ec2_freed6() {
+	begin "ec2-pods-deleted-addresses-freed-$EC2_FAMILY"
+	local t names freed c pfx bad
+	names=$(awk '{ print $1 }' <<<"$BURST6_IPS")
+	t=$EPOCHREALTIME
+	kl_rm $names
+	wait_for 90 eval '[ "$(alloc_json | jq ".allocations | length")" = 0 ]' ||
+		fail "$(alloc_json | jq '.allocations | length') addresses still allocated 90 s after the manifests went"
+	freed=$(e2e_since "$t")
+	kl_wait_gone 60 $names || fail "kubelet still lists ec2 pods"
+	bad=$(awk '$2 == "DEL" && $4 ~ /^ec2-/ && $NF != "exit=0"' "$CALLS")
+	[ -z "$bad" ] || fail "DELs failed: $bad"
+	c=$(pool_counts)
+	jq -e '[.allocated, (.families // {} | .[] | .allocated)] | all(. == 0)' <<<"$c" >/dev/null || fail "pool still counts allocations: $c"
+	bad=$(veth_routes6)
+	[ -z "$bad" ] || fail "/128 routes left: $(echo $bad)"
+	bad=$(node_exec ip -o link show | awk -F': ' '{ print $2 }' | grep -E "^${VPFX}[0-9a-f]{12}" || true)
+	[ -z "$bad" ] || fail "host veths left: $(echo $bad)"
+	pfx=$(jq -r '.enis[] | select(.deviceIndex == 0) | (.ipv6Prefixes // []) | join(",")' "$EC2_WORK/ec2.json")
+	[ "$pfx" = "$PFX6" ] || fail "the primary ENI's IPv6 prefixes went from $PFX6 to '$pfx'"
+	pass "every address of the $BURST pods freed ${freed}s after the manifests went (all DELs exit 0); no veth or /128 route left; $PFX6 still delegated; pool $c"
+}
+
 phase_ec2() {
 	ec2_setup
 	E2E_NETNS=/run/netns/$EC2_NODE
 	POOL_RE='^10\.76\.'
 	setup_run "$(ec2_conflist)"
-	say "ec2 phase: run dir $E2E_RUN, fake $EC2_URL (m5.xlarge), node namespace $EC2_NODE, pool $EC2_POOL"
+	say "ec2 phase: run dir $E2E_RUN, fake $EC2_URL (m5.xlarge), node namespace $EC2_NODE, pool $EC2_POOL, family $EC2_FAMILY"
 	if [ "$EC2_POOL" = warm ]; then
 		local i
 		for ((i = 0; i < 5; i++)); do
 			eni warm --config "$CONF" >>"$E2E_RUN/logs/warm.log" 2>&1 || fail "eni-cni warm: $(tail -n 5 "$E2E_RUN/logs/warm.log")"
-			[ "$(pool_counts | jq .free)" -ge "$BURST" ] && break
+			[ "$(pool_free)" -ge "$BURST" ] && break
 		done
-		[ "$(pool_counts | jq .free)" -ge "$BURST" ] || fail "warm gave only $(pool_counts)"
+		[ "$(pool_free)" -ge "$BURST" ] || fail "warm gave only $(pool_counts)"
 		say "pool warmed: $(pool_counts), $(jq '.enis | length' "$EC2_WORK/ec2.json") ENIs"
 	fi
 	e2e_start_containerd
 	kl_start
 	start_gc_loop
 	[ "$EC2_POOL" = warm ] && start_warm_loop
-	case_ec2_burst
+	if [ "$EC2_FAMILY" = ipv4 ]; then
+		case_ec2_burst
+	else
+		case_ec2_burst6
+		case_ec2_prefix6
+		case_ec2_reachable6
+		case_ec2_fill_calls6
+		[ "$EC2_SELFTEST" = 1 ] && case_ec2_selftest6
+		case_ec2_freed6
+	fi
 	teardown ec2-teardown-leaves-nothing
 	unset E2E_NETNS
 	ec2_teardown

@@ -37,6 +37,10 @@
 // dropped, their sum, which stays 0 on a healthy cluster. It is rewritten
 // after every EC2 call and every second.
 //
+// --subnet-ipv6-cidr gives the subnets IPv6 /64s (positional, as
+// --subnet-cidr lists them): ENIs there may then get IPv6 addresses and /80
+// prefixes (AssignIpv6Addresses), and IMDS lists them.
+//
 // --faults FILE makes EC2 calls fail or hang while the fake runs, for as
 // long as FILE says so (read before every call): a line
 // "AssignPrivateIpAddresses InsufficientFreeAddressesInSubnet" fails that
@@ -68,6 +72,7 @@ type options struct {
 	listen, ec2Listen string
 	cfg               ec2fake.Config
 	vpcCIDRs, subnets string
+	subnets6          string
 	secondaryIPs      int
 	prefixes          int
 	extraENIs         int
@@ -91,6 +96,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.cfg.AvailabilityZone, "az", "us-east-1a", "availability zone; the region is derived from it")
 	fs.StringVar(&o.vpcCIDRs, "vpc-cidr", "10.0.0.0/16", "comma-separated VPC CIDRs")
 	fs.StringVar(&o.subnets, "subnet-cidr", "10.0.0.0/20", "comma-separated subnet CIDRs; the first holds the primary ENI")
+	fs.StringVar(&o.subnets6, "subnet-ipv6-cidr", "", "comma-separated IPv6 /64s of the subnets, in --subnet-cidr's order (an empty entry: that subnet has none); ENIs there may get IPv6 addresses and /80 prefixes")
 	fs.StringVar(&o.cfg.PrimaryIP, "primary-ip", "", "primary ENI address (default: first usable in the subnet)")
 	fs.DurationVar(&o.cfg.IMDSLag, "imds-lag", 0, "delay before EC2 changes appear in IMDS")
 	fs.IntVar(&o.secondaryIPs, "secondary-ips", 0, "secondary addresses to pre-assign on the primary ENI")
@@ -132,6 +138,16 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o.cfg.VPCCIDRs = splitList(o.vpcCIDRs)
 	for _, c := range splitList(o.subnets) {
 		o.cfg.Subnets = append(o.cfg.Subnets, ec2fake.SubnetConfig{CIDR: c})
+	}
+	if o.subnets6 != "" {
+		// Positional, not splitList: an empty entry keeps a subnet without IPv6.
+		v6 := strings.Split(o.subnets6, ",")
+		if len(v6) > len(o.cfg.Subnets) {
+			return nil, fmt.Errorf("--subnet-ipv6-cidr: %d blocks for %d subnets", len(v6), len(o.cfg.Subnets))
+		}
+		for i, c := range v6 {
+			o.cfg.Subnets[i].IPv6CIDR = strings.TrimSpace(c)
+		}
 	}
 	return o, nil
 }

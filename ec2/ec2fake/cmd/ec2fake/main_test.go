@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -111,6 +112,24 @@ func TestParseLatencyAndLinks(t *testing.T) {
 		if _, err := parseFlags(bad, io.Discard); err == nil {
 			t.Errorf("%v: accepted", bad)
 		}
+	}
+}
+
+func TestParseSubnetIPv6(t *testing.T) {
+	o, err := parseFlags([]string{"--vpc-cidr", "10.0.0.0/16", "--subnet-cidr", "10.0.0.0/20,10.0.16.0/20,10.0.32.0/20",
+		"--subnet-ipv6-cidr", "2600:1f18:abcd:1200::/64,,2600:1f18:abcd:1202::/64"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, sc := range o.cfg.Subnets {
+		got = append(got, sc.IPv6CIDR)
+	}
+	if want := []string{"2600:1f18:abcd:1200::/64", "", "2600:1f18:abcd:1202::/64"}; !slices.Equal(got, want) {
+		t.Errorf("IPv6 blocks %q, want %q", got, want)
+	}
+	if _, err := parseFlags([]string{"--subnet-cidr", "10.0.0.0/20", "--subnet-ipv6-cidr", "2600::/64,2601::/64"}, io.Discard); err == nil {
+		t.Error("two IPv6 blocks for one subnet: accepted")
 	}
 }
 
