@@ -226,3 +226,47 @@ func TestEgress4(t *testing.T) {
 		t.Error("DEL left the egress allocation")
 	}
 }
+
+// TestEgress4DelForgetsFlows: DEL forgets the conntrack entries of the
+// pod's masqueraded flows. A peer that keeps sending (a UDP stream)
+// refreshes its entry for ever, so a pod given the address after the
+// cooldown was handed the old pod's replies (seen with a UDP sender one
+// packet a second: the new pod answered each with port unreachable).
+func TestEgress4DelForgetsFlows(t *testing.T) {
+	if _, err := exec.LookPath("iptables"); err != nil {
+		t.Fatal("iptables not installed")
+	}
+	n := newFamilyNode(t)
+	withInternet(t, n)
+	addDefaultVia(t, n)
+	nw := newFamilyNetwork(t, n, familyCase{"ipv6", []string{"ipv6"}, []string{"fd00:99:50::/125"}})
+	pods := newPods(t, 1)
+	nw.add(t, pods[0])
+	egress := nw.egressOf(t)[pods[0].containerID]
+	if err := reachesInternet(t, pods[0]); err != nil {
+		t.Fatalf("pod to the IPv4 internet: %v", err)
+	}
+	if flowsFrom(t, n, egress) == 0 {
+		t.Fatalf("no conntrack entry from %s after a ping", egress)
+	}
+	nw.del(t, pods[0], pods[0].path())
+	if c := flowsFrom(t, n, egress); c != 0 {
+		t.Errorf("after DEL: %d conntrack entries from the freed egress address %s", c, egress)
+	}
+}
+
+// flowsFrom counts the node's conntrack entries whose original source is ip.
+func flowsFrom(t *testing.T, n *node, ip netip.Addr) int {
+	t.Helper()
+	flows, err := n.h.ConntrackTableList(netlink.ConntrackTable, netlink.FAMILY_V4)
+	if err != nil {
+		t.Fatalf("list conntrack: %v", err)
+	}
+	c := 0
+	for _, f := range flows {
+		if a, ok := netip.AddrFromSlice(f.Forward.SrcIP); ok && a.Unmap() == ip {
+			c++
+		}
+	}
+	return c
+}

@@ -80,7 +80,6 @@ type Kernel struct{}
 
 func (Kernel) Setup(p netsetup.Pod) (netsetup.Links, error) { return netsetup.Setup(p) }
 func (Kernel) Check(p netsetup.Pod) (netsetup.Links, error) { return netsetup.Check(p) }
-func (Kernel) Unroute(a []netsetup.Attachment) error        { return netsetup.Unroute(a) }
 func (Kernel) DeleteVeths(names ...string) error            { return netsetup.DeleteVeths(names...) }
 func (Kernel) NodeHasIPv4Route() (bool, error)              { return netsetup.NodeHasIPv4Route() }
 func (Kernel) EnsureEgress4(stateDir, bootID string, once bool) error {
@@ -89,6 +88,25 @@ func (Kernel) EnsureEgress4(stateDir, bootID string, once bool) error {
 	}
 	_, err := snat.EnsureEgress4(stateDir, alloc.Egress4Range())
 	return err
+}
+
+// Unroute is netsetup.Unroute, and then the conntrack entries of the
+// egress addresses unrouted are forgotten: their masqueraded flows'
+// replies would otherwise reach the next pod given the address.
+func (Kernel) Unroute(a []netsetup.Attachment) error {
+	if err := netsetup.Unroute(a); err != nil {
+		return err
+	}
+	var egress []netip.Addr
+	for _, at := range a {
+		if alloc.Egress4Range().Contains(at.IP) {
+			egress = append(egress, at.IP)
+		}
+	}
+	if len(egress) == 0 {
+		return nil
+	}
+	return netsetup.ForgetFlows(egress...)
 }
 
 func (Kernel) CheckEgress4() error {
