@@ -131,7 +131,28 @@ func (p *Plugin) Collect(ctx context.Context, live gc.Liveness, opts gc.Options,
 		}
 	}
 	p.free(ctx, c, unrouted)
+	if err := p.keepEgress4(ctx); err != nil {
+		c.Errors = append(c.Errors, err)
+	}
 	return c, nil
+}
+
+// keepEgress4 puts the egress masquerade back while pods hold egress
+// addresses. ADD installs it once a boot; a nat table flushed since (a
+// firewall reload, another agent's iptables-restore) would cut every
+// IPv6-only pod off IPv4 until someone ran repair. gc is the job the timer
+// runs every minute on every pool, so it keeps the chains.
+func (p *Plugin) keepEgress4(ctx context.Context) error {
+	st, _, err := p.Mgr.Snapshot(ctx)
+	if err != nil {
+		return fmt.Errorf("read the state for the egress masquerade: %w", err)
+	}
+	for _, a := range st.Allocations {
+		if a.Egress4.IsValid() {
+			return p.ensureEgress4(false)
+		}
+	}
+	return nil
 }
 
 // unroute removes the routes and rules of the planned attachments, with

@@ -207,3 +207,33 @@ func TestEgress4Repaired(t *testing.T) {
 		t.Errorf("repaired allocation is not valid: %v", err)
 	}
 }
+
+// gc puts the masquerade back every run while a pod holds an egress
+// address (a flushed nat table would otherwise wait for a repair), and
+// leaves iptables alone on a node whose pods hold none.
+func TestEgress4KeptByGC(t *testing.T) {
+	ctx := context.Background()
+	p, w, _ := newEgressPlugin(t, "")
+	if _, err := p.add(ctx, att("c1")); err != nil {
+		t.Fatal(err)
+	}
+	w.masq = false // the nat table flushed behind the plugin's back
+	live := gc.FromSandboxes([]gc.Sandbox{{ID: "c1"}})
+	if _, err := p.Collect(ctx, live, gc.Options{Grace: time.Minute}, false, &fakeHost{}); err != nil {
+		t.Fatal(err)
+	}
+	if !w.masq || !slices.Equal(w.ensured, []bool{true, false}) {
+		t.Errorf("after gc: masquerade %v, ensured %v", w.masq, w.ensured)
+	}
+	if _, err := p.Collect(ctx, live, gc.Options{Grace: time.Minute}, true, &fakeHost{}); err != nil || len(w.ensured) != 2 {
+		t.Errorf("a dry run touched iptables: %v, ensured %v", err, w.ensured)
+	}
+
+	q, v, _ := newEgressPlugin(t, `"ipv4Egress":false,`)
+	if _, err := q.add(ctx, att("c2")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Collect(ctx, gc.FromSandboxes([]gc.Sandbox{{ID: "c2"}}), gc.Options{Grace: time.Minute}, false, &fakeHost{}); err != nil || len(v.ensured) != 0 {
+		t.Errorf("gc without egress pods: %v, ensured %v", err, v.ensured)
+	}
+}
