@@ -1,0 +1,103 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/ec2/ec2fake"
+)
+
+// newDualNode is a dry node of a dual-stack network on the ec2 pool in a
+// subnet with an IPv6 /64, its families listed as families.
+func newDualNode(t *testing.T, instanceType, families, extra string) *dryNode {
+	t.Helper()
+	n := newDryNodeOf(t, ec2fake.Config{InstanceType: instanceType, Subnets: []ec2fake.SubnetConfig{{CIDR: "10.0.0.0/20", IPv6CIDR: "2600:1f18:abcd:1200::/64"}}}, extra)
+	n.conf = strings.Replace(n.conf, `"pool"`, `"ipFamilies":`+families+`,"pool"`, 1)
+	return n
+}
+
+// ADDs at once on a fresh dual-stack node wait for the one pass they
+// start, which delegates the /80 and assigns IPv4 addresses; each gets
+// one address of each family, in the configured order, and its DEL frees
+// both together.
+func TestDryPoolDualStack(t *testing.T) {
+	n := newDualNode(t, "t3.large", `["ipv6","ipv4"]`, "")
+	cids := []string{"a", "b", "c", "d"}
+	for cid, err := range n.addAll(cids...) {
+		if err != nil {
+			t.Errorf("ADD %s: %v", cid, err)
+		}
+	}
+	n.wg.Wait()
+	st := n.state()
+	if len(st.Allocations) != 4 || len(st.Demands) != 0 {
+		t.Fatalf("allocations %+v, demands %+v", st.Allocations, st.Demands)
+	}
+	primary, _ := st.EC2.PrimaryENI()
+	if len(primary.IPv6Prefixes) != 1 {
+		t.Fatalf("primary ENI prefixes %+v", primary.IPv6Prefixes)
+	}
+	pfx := primary.IPv6Prefixes[0].Prefix
+	for _, a := range st.Allocations {
+		if !a.IP.Is4() || !pfx.Contains(a.IP6) || a.ENI != primary.ID {
+			t.Errorf("%s holds %s and %s on %s, want an IPv4 address and one of %s", a.ContainerID, a.IP, a.IP6, a.ENI, pfx)
+		}
+	}
+	if c := n.fake.Calls(); c["AssignIpv6Addresses"] != 1 || c["AssignPrivateIpAddresses"] < 1 {
+		t.Errorf("EC2 calls %v", c)
+	}
+
+	p, _ := n.plugin()
+	res, err := p.add(context.Background(), att("a")) // the repeated ADD: its result
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.IPs) != 2 || !res.IPs[0].Address.IP.To16().Equal(res.IPs[0].Address.IP) || res.IPs[0].Address.IP.To4() != nil || res.IPs[1].Address.IP.To4() == nil {
+		t.Errorf("result IPs %v, want IPv6 then IPv4 as ipFamilies lists them", resultIPs(res))
+	}
+	a := st.Allocations[st.Find(att("a").Key)]
+	if err := p.del(context.Background(), att("a").Key, ""); err != nil {
+		t.Fatal(err)
+	}
+	st = n.state()
+	cooling := map[netip.Addr]bool{}
+	for _, c := range st.Cooling {
+		cooling[c.IP] = true
+	}
+	if st.Find(att("a").Key) >= 0 || !cooling[a.IP] || !cooling[a.IP6] {
+		t.Errorf("after DEL: allocation left %v, cooling %v, want %s and %s cooling", st.Find(att("a").Key) >= 0, st.Cooling, a.IP, a.IP6)
+	}
+}
+
+// A dual-stack node whose every ENI is full of IPv4 addresses: ADD fails
+// at once as on an IPv4 node (node is full, kubelet's maxPods the IPv4
+// figure), though the /80 has room, and takes nothing of either family.
+func TestDryPoolDualStackNodeFull(t *testing.T) {
+	n := newDualNode(t, "t3.small", `["ipv4","ipv6"]`, `,"warmIPTarget":50`) // 3 ENIs x 3 secondaries
+	if err := n.pass(); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := n.plugin()
+	for i := range 9 {
+		if _, _, err := p.Mgr.Allocate(context.Background(), alloc.Request{Key: alloc.Key{Network: "pods", ContainerID: fmt.Sprintf("full%d", i), IfName: "eth0"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := n.state()
+	_, err := p.add(context.Background(), att("one-too-many"))
+	ce := toCNIError(err)
+	if ce.Code != types.ErrTryAgainLater || !strings.Contains(ce.Msg, "node is full") || !strings.Contains(ce.Msg, "maxPods to 11") {
+		t.Errorf("error %d %q, want 11: node is full, maxPods to 11", ce.Code, ce.Msg)
+	}
+	after := n.state()
+	if len(after.Allocations) != 9 || after.LastIP6 != before.LastIP6 || len(after.Demands) != 0 || n.starts.Load() != 0 {
+		t.Errorf("%d allocations, last IPv6 %s (was %s), demands %+v, %d warm starts: want nothing taken nor started",
+			len(after.Allocations), after.LastIP6, before.LastIP6, after.Demands, n.starts.Load())
+	}
+}
