@@ -6,11 +6,13 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
+	"github.com/eni-cni/eni-cni/metrics"
 )
 
 // newDualNode is a dry node of a dual-stack network on the ec2 pool in a
@@ -99,5 +101,37 @@ func TestDryPoolDualStackNodeFull(t *testing.T) {
 	if len(after.Allocations) != 9 || after.LastIP6 != before.LastIP6 || len(after.Demands) != 0 || n.starts.Load() != 0 {
 		t.Errorf("%d allocations, last IPv6 %s (was %s), demands %+v, %d warm starts: want nothing taken nor started",
 			len(after.Allocations), after.LastIP6, before.LastIP6, after.Demands, n.starts.Load())
+	}
+}
+
+// The pool metrics of a dual-stack ec2 pool are per ENI and family, the
+// /80 counted, not walked (2^48 addresses: the walk never ended).
+func TestPoolMetricsEC2DualStack(t *testing.T) {
+	n := newDualNode(t, "t3.large", `["ipv4","ipv6"]`, `,"warmIPTarget":3`)
+	if err := n.pass(); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := n.plugin()
+	for i := range 2 {
+		if _, _, err := p.Mgr.Allocate(context.Background(), alloc.Request{Key: alloc.Key{Network: "pods", ContainerID: fmt.Sprintf("m%d", i), IfName: "eth0"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := n.state()
+	primary, _ := st.EC2.PrimaryENI()
+	var b strings.Builder
+	if err := metrics.Write(&b, poolFamilies(metrics.Label{Name: "network", Value: "pods"}, st, p.Cfg.Pool, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`eni_cni_pool_size{network="pods",eni="` + primary.ID + `",family="ipv4"} 3`,
+		`eni_cni_pool_size{network="pods",eni="` + primary.ID + `",family="ipv6"} 2.81474976710655e+14`,
+		`eni_cni_pool_addresses{network="pods",eni="` + primary.ID + `",family="ipv4",state="allocated"} 2`,
+		`eni_cni_pool_addresses{network="pods",eni="` + primary.ID + `",family="ipv6",state="allocated"} 2`,
+		`eni_cni_pool_addresses{network="pods",eni="` + primary.ID + `",family="ipv4",state="free"} 1`,
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("metrics lack %s:\n%s", want, b.String())
+		}
 	}
 }
