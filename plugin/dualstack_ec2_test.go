@@ -12,7 +12,10 @@ import (
 
 	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
+	"github.com/eni-cni/eni-cni/ec2/section"
+	"github.com/eni-cni/eni-cni/gc"
 	"github.com/eni-cni/eni-cni/metrics"
+	"github.com/eni-cni/eni-cni/netsetup"
 )
 
 // newDualNode is a dry node of a dual-stack network on the ec2 pool in a
@@ -133,5 +136,36 @@ func TestPoolMetricsEC2DualStack(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("metrics lack %s:\n%s", want, b.String())
 		}
+	}
+}
+
+// Repair rebuilds a dual-stack ec2 pod's allocation on the ENI of its
+// IPv4 address (whose table it uses), whichever family the node lists
+// first; its IPv6 address is of the primary ENI's /80.
+func TestRepairDualStackEC2ENI(t *testing.T) {
+	ip4, ip6 := netip.MustParseAddr("10.0.0.50"), netip.MustParseAddr("2600:1f18:abcd:1200:1::5")
+	base := alloc.NewState("b")
+	base.EC2 = &section.EC2{
+		ENIs: []section.ENI{
+			{ID: "eni-1", IPv6Prefixes: []section.IPv6Prefix{{Prefix: netip.MustParsePrefix("2600:1f18:abcd:1200:1::/80")}}},
+			{ID: "eni-2"},
+		},
+		Addrs: []section.Addr{{IP: ip4, ENI: "eni-2"}},
+	}
+	veth := netsetup.HostVethName("eni", "sb1", "eth0")
+	for _, ips := range [][]netip.Addr{{ip4, ip6}, {ip6, ip4}} {
+		plan := planRepair(repairInput{
+			Network: "pods", Prefix: "eni", Base: base,
+			Veths:     []netsetup.VethView{{Name: veth, IPs: ips, PeerIfName: "eth0"}},
+			Sandboxes: []gc.Sandbox{{ID: "sb1", PodNamespace: "ns", PodName: "web"}},
+			Now:       time.Now(),
+			ENIOf:     func(ip netip.Addr) string { return eniOf(base, ip) },
+		})
+		if len(plan.Add) != 1 || plan.Add[0].IP != ip4 || plan.Add[0].IP6 != ip6 || plan.Add[0].ENI != "eni-2" {
+			t.Errorf("veth %v: plan %+v, want %s and %s on eni-2", ips, plan.Add, ip4, ip6)
+		}
+	}
+	if got := eniOf(base, ip6); got != "eni-1" {
+		t.Errorf("ENI of %s: %q, want the /80's eni-1", ip6, got)
 	}
 }
