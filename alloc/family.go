@@ -93,12 +93,22 @@ func (m *Manager) families() []Family {
 	return []Family{IPv4}
 }
 
+// familyWalker is a pool that walks one family's addresses by itself.
+type familyWalker interface {
+	AddrsOf(st *State, f Family) iter.Seq2[netip.Addr, string]
+}
+
 // addrsOf yields the addresses of pool p of family f. A pool of ranges
-// walks only that family's ranges: filtering its whole walk would go
-// through a /64 of IPv6 behind the IPv4 ranges to wrap around, for ever.
+// walks only that family's ranges, the ec2 pool only that family's
+// addresses or prefixes: filtering the whole walk would go through a /64
+// (or the /80) of IPv6 behind the IPv4 addresses, for ever, whenever no
+// IPv4 address is free.
 func addrsOf(p Pool, st *State, f Family) iter.Seq2[netip.Addr, string] {
 	if rs, ok := p.(Ranges); ok {
 		return rs.of(f).Addrs(st)
+	}
+	if w, ok := p.(familyWalker); ok {
+		return w.AddrsOf(st, f)
 	}
 	return func(yield func(netip.Addr, string) bool) {
 		for ip, eni := range p.Addrs(st) {

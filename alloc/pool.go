@@ -320,6 +320,14 @@ func (p StoredPool) Addrs(st *State) iter.Seq2[netip.Addr, string] {
 	}
 }
 
+// AddrsOf is Addrs of family f alone.
+func (p StoredPool) AddrsOf(st *State, f Family) iter.Seq2[netip.Addr, string] {
+	if f == IPv6 {
+		return p.AddrsAfter(st, netip.Addr{})
+	}
+	return st.EC2.UsableFor(p.Exclude, p.CreatedOnly)
+}
+
 func (p StoredPool) Contains(st *State, ip netip.Addr) bool {
 	if ip.Is6() {
 		return p.IPv6 && st.EC2.IsUsable6(ip, p.CreatedOnly)

@@ -24,8 +24,10 @@ type MaxPodsReport struct {
 	// formula with custom networking).
 	CustomSubnets bool `json:"customSubnets,omitempty"`
 	// IPv6: pods get addresses of a /80 (ipFamilies ["ipv6"]); counted as
-	// prefix delegation is.
+	// prefix delegation is. DualStack: pods get one of IPv4 too
+	// (ipFamilies ["ipv4", "ipv6"]); counted as IPv4 is, the scarcer.
 	IPv6         bool   `json:"ipv6,omitempty"`
+	DualStack    bool   `json:"dualStack,omitempty"`
 	PodAddresses int    `json:"podAddresses"`
 	MaxAllowed   int    `json:"maxAllowed"` // addresses + 2 host-network pods
 	MaxPods      int    `json:"maxPods"`    // the recommendation: MaxAllowed capped at 110/250
@@ -45,7 +47,7 @@ type MaxPodsDeps struct {
 // This node's type uses the limits the store cached (warm fetched them)
 // when they include the vCPU count, so it makes no EC2 call.
 func MaxPodsFor(ctx context.Context, d MaxPodsDeps, w section.WarmConfig, instanceType string) (MaxPodsReport, error) {
-	r := MaxPodsReport{InstanceType: instanceType, PrefixDelegation: w.PrefixDelegation, ConfigMaxENIs: w.MaxENIs, CustomSubnets: w.CustomSubnets(), IPv6: w.IPv6}
+	r := MaxPodsReport{InstanceType: instanceType, PrefixDelegation: w.PrefixDelegation, ConfigMaxENIs: w.MaxENIs, CustomSubnets: w.CustomSubnets(), IPv6: w.IPv6Only(), DualStack: w.DualStack}
 	var src *section.EC2
 	if d.Store != nil {
 		st, err := d.Store.Load()

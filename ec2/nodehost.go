@@ -87,6 +87,10 @@ func (h NodeHost) Reassert(_ context.Context, enis []section.ENI, pods []alloc.A
 			}
 		}
 		rules = append(rules, pr)
+		if a.IP6.IsValid() {
+			// The primary ENI's /80: the main table's, no ENI table.
+			rules = append(rules, netsetup.PodRules{IP: a.IP6})
+		}
 	}
 	r, err := netsetup.ReassertPodRules(rules)
 	rep.Repaired = append(rep.Repaired, r...)

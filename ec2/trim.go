@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/ec2/provider"
 	"github.com/eni-cni/eni-cni/ec2/section"
 	"github.com/eni-cni/eni-cni/fault"
 )
@@ -27,14 +28,15 @@ type giveBack struct {
 // marked unusable and saved before the unassign call, so no ADD can take
 // one while EC2 is taking it away.
 func (w *Warmer) trim(ctx context.Context) error {
-	if w.Cfg.IPv6 {
+	if w.Cfg.IPv6Only() {
 		// The /80 is the pool for the node's life (fill6); no IPv4
 		// address is assigned for pods to give back.
 		return nil
 	}
 	var batches []giveBack
 	err := w.update(ctx, func(st *alloc.State, src *section.EC2) error {
-		c := w.Mgr.Counts(st)
+		// IPv4's counts on a dual-stack network: the /80 is never trimmed.
+		c := provider.Sized(w.Mgr.Counts(st))
 		surplus := min(c.Free-w.Cfg.WarmIPTarget-st.Waiting(w.now()), c.Total-w.Cfg.MinimumIPTarget)
 		if surplus <= 0 {
 			return nil

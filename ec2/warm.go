@@ -21,6 +21,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/ec2/provider"
 	"github.com/eni-cni/eni-cni/ec2/section"
 	"github.com/eni-cni/eni-cni/fault"
 )
@@ -359,19 +360,33 @@ func (w *Warmer) fetchLimits(ctx context.Context) error {
 // addresses, plus one for each ADD waiting on a dry pool, plus
 // warmIPTarget free ones (and at least minimumIPTarget in all). Sizing by
 // the waiting ADDs is what lets a burst of pods be served by one request
-// per ENI instead of warmIPTarget at a time.
+// per ENI instead of warmIPTarget at a time. On a dual-stack network the
+// targets are IPv4's (provider.Sized).
 func (w *Warmer) need(v *view) int {
 	waiting := v.st.Waiting(w.now())
-	return max(w.Cfg.WarmIPTarget+waiting-v.counts.Free, w.Cfg.MinimumIPTarget-v.counts.Total, 0)
+	c := provider.Sized(v.counts)
+	return max(w.Cfg.WarmIPTarget+waiting-c.Free, w.Cfg.MinimumIPTarget-c.Total, 0)
 }
 
-// fill assigns addresses until the targets are met or the instance is
-// full (short). With custom subnets a subnet that runs full is remembered
-// and the fill goes on in the zone's next pod subnet (subnets.go).
+// fill fills the pool of each of the network's families: the /80 of
+// IPv6 (fill6), then IPv4's addresses (fill4). A dual-stack pass that
+// cannot get the /80 fails before any IPv4 call: its pods need both.
 func (w *Warmer) fill(ctx context.Context) (short bool, err error) {
 	if w.Cfg.IPv6 {
-		return w.fill6(ctx)
+		short, err = w.fill6(ctx)
+		if err != nil || w.Cfg.IPv6Only() {
+			return short, err
+		}
 	}
+	short4, err := w.fill4(ctx)
+	return short || short4, err
+}
+
+// fill4 assigns IPv4 addresses until the targets are met or the instance
+// is full (short). With custom subnets a subnet that runs full is
+// remembered and the fill goes on in the zone's next pod subnet
+// (subnets.go).
+func (w *Warmer) fill4(ctx context.Context) (short bool, err error) {
 	custom := w.Cfg.CustomSubnets()
 	for range 32 { // each round adds addresses or an ENI; bounded for safety
 		v, err := w.snapshot(ctx)

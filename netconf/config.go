@@ -419,23 +419,20 @@ func (c *Config) parsePool() error {
 
 // ec2Families checks ipFamilies against the ec2 pool. IPv6 alone is what
 // the AWS VPC CNI does: a /80 prefix on the primary ENI, no IPv4 address
-// assigned for pods (IPv4 egress is the node's). Dual-stack is refused as
-// the VPC CNI refuses it: the two families would fill on different terms
-// (IPv4 addresses one ENI slot at a time, and ADDs waiting on them; IPv6
-// one prefix for life), a pod's ADD would wait on the scarcer one, and
-// nothing of that is built or tested yet. Custom subnets put pods on ENIs
-// of their own, and the prefix is on the primary ENI: refused too.
+// assigned for pods (IPv4 egress is the node's). Dual-stack keeps the
+// IPv4 pool as it is without IPv6 and adds the /80: each pod gets one
+// address of each, IPv4 being the scarce one warm sizes (see
+// section.WarmConfig.DualStack). Custom subnets put pods on ENIs of their
+// own, and the prefix is on the primary ENI: refused with IPv6 either way.
 func (c *Config) ec2Families() error {
 	if c.Families == nil {
 		return nil
 	}
-	if len(c.Families) == 2 {
-		return fmt.Errorf("%w: ipFamilies %v: an ec2 pool gives pods IPv4 or IPv6, not both (dual-stack needs pool.source %q)", ErrInvalidConfig, c.conf.IPFamilies, Static)
-	}
 	if c.Warm.CustomSubnets() {
-		return fmt.Errorf("%w: ipFamilies [\"ipv6\"] with subnets or subnetDiscovery: IPv6 pods get addresses of the primary ENI's prefix, never of ENIs in subnets of their own", ErrInvalidConfig)
+		return fmt.Errorf("%w: ipFamilies %v with subnets or subnetDiscovery: IPv6 addresses come from the primary ENI's /80 prefix, while pods in subnets of their own never get the primary ENI's addresses", ErrInvalidConfig, c.conf.IPFamilies)
 	}
 	c.Warm.IPv6 = true
+	c.Warm.DualStack = len(c.Families) == 2
 	c.Pool = alloc.StoredPool{Exclude: c.Warm.ExcludeIPs, IPv6: true}
 	return nil
 }

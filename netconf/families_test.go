@@ -3,6 +3,7 @@ package netconf
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -57,9 +58,9 @@ func TestIPFamiliesRefused(t *testing.T) {
 		{familiesConf(`["ipv4","ipv6"]`, `["10.99.0.0/24"]`), "ipFamilies has ipv6 but pool.ranges has no ipv6 range"},
 		{familiesConf(`["ipv4","ipv6"]`, `["fd00::/120"]`), "ipFamilies has ipv4 but pool.ranges has no ipv4 range"},
 		{familiesConf(`["ipv4","ipv6"]`, `["10.99.0.0/24","fe80::/120"]`), "reaches into fe80::/10"},
-		{[]byte(`{"cniVersion":"1.0.0","name":"pods","type":"eni-cni","ipFamilies":["ipv4","ipv6"]}`), `an ec2 pool gives pods IPv4 or IPv6, not both`},
-		{[]byte(`{"cniVersion":"1.0.0","name":"pods","type":"eni-cni","ipFamilies":["ipv6","ipv4"],"pool":{"source":"ec2"}}`), `an ec2 pool gives pods IPv4 or IPv6, not both`},
-		{[]byte(`{"cniVersion":"1.0.0","name":"pods","type":"eni-cni","ipFamilies":["ipv6"],"pool":{"source":"ec2","subnetDiscovery":true}}`), `never of ENIs in subnets of their own`},
+		{[]byte(`{"cniVersion":"1.0.0","name":"pods","type":"eni-cni","ipFamilies":["ipv4","ipv6"],"pool":{"source":"ec2","subnets":{"us-east-1a":{"subnetID":"subnet-0123456789abcdef0"}}}}`), `never get the primary ENI's addresses`},
+		{[]byte(`{"cniVersion":"1.0.0","name":"pods","type":"eni-cni","ipFamilies":["ipv6","ipv4"],"pool":{"source":"ec2","subnetDiscovery":true}}`), `never get the primary ENI's addresses`},
+		{[]byte(`{"cniVersion":"1.0.0","name":"pods","type":"eni-cni","ipFamilies":["ipv6"],"pool":{"source":"ec2","subnetDiscovery":true}}`), `IPv6 addresses come from the primary ENI's /80 prefix`},
 	} {
 		_, err := Parse(tt.conf)
 		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tt.want) {
@@ -79,6 +80,24 @@ func TestIPFamiliesIPv6OnEC2(t *testing.T) {
 	}
 	if !c.Warm.IPv6 || len(c.Families) != 1 || c.Families[0] != alloc.IPv6 || !c.Pool.(alloc.StoredPool).IPv6 {
 		t.Errorf("warm IPv6 %v, families %v, pool %+v", c.Warm.IPv6, c.Families, c.Pool)
+	}
+}
+
+// ["ipv4","ipv6"] on an ec2 pool, in either order: the IPv4 pool as
+// without IPv6 plus the /80, the families in the configured order.
+func TestIPFamiliesDualStackOnEC2(t *testing.T) {
+	for _, fams := range []string{`["ipv4","ipv6"]`, `["ipv6","ipv4"]`} {
+		c, err := Parse([]byte(`{"cniVersion":"1.0.0","name":"pods","type":"eni-cni","ipFamilies":` + fams + `,"pool":{"source":"ec2","warmIPTarget":3}}`))
+		if err != nil {
+			t.Fatalf("%s: %v", fams, err)
+		}
+		want := []alloc.Family{alloc.IPv4, alloc.IPv6}
+		if fams[2:6] == "ipv6" {
+			want = []alloc.Family{alloc.IPv6, alloc.IPv4}
+		}
+		if !c.Warm.IPv6 || !c.Warm.DualStack || c.Warm.IPv6Only() || c.Warm.WarmIPTarget != 3 || !slices.Equal(c.Families, want) || !c.Pool.(alloc.StoredPool).IPv6 {
+			t.Errorf("%s: warm %+v, families %v, pool %+v", fams, c.Warm, c.Families, c.Pool)
+		}
 	}
 }
 

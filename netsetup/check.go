@@ -68,7 +68,7 @@ func checkHost(p Pod, ip netip.Addr, host netlink.Link) error {
 	if !hasRule(rules, ip, RulePriorityToPod, mainTable) {
 		return fmt.Errorf("%w: no rule to %s lookup main", ErrHostMismatch, ip)
 	}
-	if p.Table != 0 && ip != p.Egress4 && !hasRule(rules, ip, RulePriorityFromPod, p.Table) {
+	if p.Table != 0 && ip == p.IP && !hasRule(rules, ip, RulePriorityFromPod, p.Table) {
 		return fmt.Errorf("%w: no rule from %s lookup %d", ErrHostMismatch, ip, p.Table)
 	}
 	if ip.Is6() {

@@ -377,7 +377,9 @@ func configureHostAddr(p Pod, ip netip.Addr, host netlink.Link) error {
 	if err := addRule(toPodRule(ip)); err != nil {
 		return fmt.Errorf("add rule to %s lookup main: %w", ip, err)
 	}
-	if p.Table == 0 {
+	if p.Table == 0 || ip != p.IP {
+		// Table is IP's ENI's: a dual-stack pod's IPv6 address is of the
+		// primary ENI's /80, routed by the main table.
 		return nil
 	}
 	dsts := p.FromDsts

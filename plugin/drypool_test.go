@@ -51,9 +51,15 @@ func (noENIHost) Reassert(context.Context, []section.ENI, []alloc.Allocation) (e
 
 func newDryNode(t *testing.T, instanceType string, extra string) *dryNode {
 	t.Helper()
+	return newDryNodeOf(t, ec2fake.Config{InstanceType: instanceType}, extra)
+}
+
+// newDryNodeOf is newDryNode on a fake EC2 configured as fc.
+func newDryNodeOf(t *testing.T, fc ec2fake.Config, extra string) *dryNode {
+	t.Helper()
 	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDTEST")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
-	f, err := ec2fake.New(ec2fake.Config{InstanceType: instanceType})
+	f, err := ec2fake.New(fc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +127,7 @@ func (n *dryNode) pass() error {
 		return err
 	}
 	boot, _ := alloc.ReadBootID()
-	mgr := &alloc.Manager{Store: store, Pool: alloc.StoredPool{}, BootID: boot, Cooldown: cfg.Cooldown, LockTimeout: 10 * time.Second}
+	mgr := &alloc.Manager{Store: store, Pool: cfg.Pool, Families: cfg.Families, BootID: boot, Cooldown: cfg.Cooldown, LockTimeout: 10 * time.Second}
 	md := ec2.NewMetadataClient(n.fake.URL())
 	w := &ec2.Warmer{Mgr: mgr, MD: md, API: ec2.NewAPI(n.fake.URL(), "us-east-1", md, quickRetry), Host: noENIHost{}, Cfg: cfg.Warm, Out: io.Discard}
 	return w.Run(context.Background())

@@ -3,11 +3,15 @@ package plugin
 import (
 	"fmt"
 	"io"
+	"iter"
+	"math"
 	"net/netip"
+	"slices"
 	"sort"
 	"time"
 
 	"github.com/eni-cni/eni-cni/alloc"
+	"github.com/eni-cni/eni-cni/ec2/section"
 	"github.com/eni-cni/eni-cni/metrics"
 	"github.com/eni-cni/eni-cni/netconf"
 )
@@ -49,25 +53,53 @@ func poolFamilies(net metrics.Label, st *alloc.State, pl alloc.Pool, now time.Ti
 	if rs, ok := pl.(alloc.Ranges); ok && rs.FamilySize(alloc.IPv6) > 0 {
 		return rangeFamilies(net, st, rs, now)
 	}
-	allocated := make(map[netip.Addr]bool, len(st.Allocations))
-	for _, a := range st.Allocations {
-		allocated[a.IP] = true
+	size := metrics.Family{Name: "eni_cni_pool_size", Help: "Addresses in the pool, by ENI (\"none\" for a static pool).", Type: metrics.Gauge}
+	addrs := metrics.Family{Name: "eni_cni_pool_addresses", Help: "Pool addresses by ENI and state (free, cooling, allocated).", Type: metrics.Gauge}
+	if sp, ok := pl.(alloc.StoredPool); ok && sp.IPv6 {
+		// An ec2 pool with a /80 (2^48 addresses): its IPv6 addresses
+		// are counted by ENI, not walked, and each family is labelled.
+		addENICounts(&size, &addrs, walkByENI(st, sp.AddrsOf(st, alloc.IPv4), now), net, metrics.Label{Name: "family", Value: alloc.IPv4.String()})
+		addENICounts(&size, &addrs, prefixesByENI(st, sp, now), net, metrics.Label{Name: "family", Value: alloc.IPv6.String()})
+	} else {
+		addENICounts(&size, &addrs, walkByENI(st, pl.Addrs(st), now), net)
 	}
-	cooling := make(map[netip.Addr]bool, len(st.Cooling))
+	allocs := metrics.Family{Name: "eni_cni_allocations", Help: "Addresses allocated to pod sandboxes (also those outside the pool).", Type: metrics.Gauge}
+	allocs.Add(float64(len(st.Allocations)), net)
+	return append([]metrics.Family{size, addrs, allocs}, demandFamilies(net, st, now)...)
+}
+
+// eniCounts are one ENI's pool addresses by state.
+type eniCounts struct{ size, free, cooling, allocated int }
+
+// busy are the addresses allocations hold and those cooling down.
+func busy(st *alloc.State, now time.Time) (allocated, cooling map[netip.Addr]bool) {
+	allocated = make(map[netip.Addr]bool, len(st.Allocations))
+	for _, a := range st.Allocations {
+		for _, ip := range a.Addrs() {
+			allocated[ip] = true
+		}
+	}
+	cooling = make(map[netip.Addr]bool, len(st.Cooling))
 	for _, c := range st.Cooling {
 		if now.Before(c.Until) {
 			cooling[c.IP] = true
 		}
 	}
-	type counts struct{ size, free, cooling, allocated int }
-	byENI := map[string]*counts{}
-	for ip, eni := range pl.Addrs(st) {
+	return allocated, cooling
+}
+
+// walkByENI counts the addresses pool walks, by ENI ("none" when they
+// have none) and state.
+func walkByENI(st *alloc.State, pool iter.Seq2[netip.Addr, string], now time.Time) map[string]*eniCounts {
+	allocated, cooling := busy(st, now)
+	byENI := map[string]*eniCounts{}
+	for ip, eni := range pool {
 		if eni == "" {
 			eni = "none"
 		}
 		c := byENI[eni]
 		if c == nil {
-			c = &counts{}
+			c = &eniCounts{}
 			byENI[eni] = c
 		}
 		c.size++
@@ -80,19 +112,74 @@ func poolFamilies(net metrics.Label, st *alloc.State, pl alloc.Pool, now time.Ti
 			c.free++
 		}
 	}
-	size := metrics.Family{Name: "eni_cni_pool_size", Help: "Addresses in the pool, by ENI (\"none\" for a static pool).", Type: metrics.Gauge}
-	addrs := metrics.Family{Name: "eni_cni_pool_addresses", Help: "Pool addresses by ENI and state (free, cooling, allocated).", Type: metrics.Gauge}
+	return byENI
+}
+
+// prefixesByENI counts the IPv6 addresses of the ec2 pool sp by the ENI
+// their /80 is delegated to: sizes from the prefixes, states from the
+// allocations and cooldowns that hold one of them.
+func prefixesByENI(st *alloc.State, sp alloc.StoredPool, now time.Time) map[string]*eniCounts {
+	byENI := map[string]*eniCounts{}
+	if st.EC2 == nil {
+		return byENI
+	}
+	for _, e := range st.EC2.ENIs {
+		if e.ForPods(sp.CreatedOnly) && len(e.IPv6Prefixes) > 0 {
+			byENI[e.ID] = &eniCounts{size: prefixAddrs(e.IPv6Prefixes)}
+		}
+	}
+	allocated, cooling := busy(st, now)
+	for ip := range allocated {
+		if c := byENI[eni6(st, sp, ip)]; c != nil {
+			c.allocated++
+		}
+	}
+	for ip := range cooling {
+		if c := byENI[eni6(st, sp, ip)]; c != nil && !allocated[ip] {
+			c.cooling++
+		}
+	}
+	for _, c := range byENI {
+		c.free = c.size - c.allocated - c.cooling
+	}
+	return byENI
+}
+
+// eni6 is the ENI whose /80 holds ip, "" if the pool does not hold it.
+func eni6(st *alloc.State, sp alloc.StoredPool, ip netip.Addr) string {
+	if !ip.Is6() || !sp.Contains(st, ip) {
+		return ""
+	}
+	eni, _ := st.EC2.ENIOf6(ip)
+	return eni
+}
+
+// prefixAddrs is how many pod addresses ps hold (all but each one's
+// first), math.MaxInt when more.
+func prefixAddrs(ps []section.IPv6Prefix) int {
+	n := 0
+	for _, p := range ps {
+		host := 128 - p.Prefix.Bits()
+		if host >= 62 {
+			return math.MaxInt
+		}
+		n = min(n+(1<<host-1), math.MaxInt)
+	}
+	return n
+}
+
+// addENICounts adds byENI to the size and addresses families, by ENI,
+// with labels before the ENI's.
+func addENICounts(size, addrs *metrics.Family, byENI map[string]*eniCounts, labels ...metrics.Label) {
 	for _, eni := range sortedKeys(byENI) {
 		c := byENI[eni]
-		l := metrics.Label{Name: "eni", Value: eni}
-		size.Add(float64(c.size), net, l)
-		addrs.Add(float64(c.free), net, l, metrics.Label{Name: "state", Value: "free"})
-		addrs.Add(float64(c.cooling), net, l, metrics.Label{Name: "state", Value: "cooling"})
-		addrs.Add(float64(c.allocated), net, l, metrics.Label{Name: "state", Value: "allocated"})
+		ls := slices.Concat(labels[:1], []metrics.Label{{Name: "eni", Value: eni}}, labels[1:])
+		state := func(v string) []metrics.Label { return append(slices.Clip(ls), metrics.Label{Name: "state", Value: v}) }
+		size.Add(float64(c.size), ls...)
+		addrs.Add(float64(c.free), state("free")...)
+		addrs.Add(float64(c.cooling), state("cooling")...)
+		addrs.Add(float64(c.allocated), state("allocated")...)
 	}
-	allocs := metrics.Family{Name: "eni_cni_allocations", Help: "Addresses allocated to pod sandboxes (also those outside the pool).", Type: metrics.Gauge}
-	allocs.Add(float64(len(st.Allocations)), net)
-	return append([]metrics.Family{size, addrs, allocs}, demandFamilies(net, st, now)...)
 }
 
 // rangeFamilies are poolFamilies of a static pool with IPv6 ranges, by

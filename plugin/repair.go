@@ -129,6 +129,11 @@ func planRepair(in repairInput) repairPlan {
 				// A dual-stack pod: its veth routes one address of each
 				// family, recorded in one allocation.
 				plan.Add[i] = withSecond(plan.Add[i], ip)
+				if in.ENIOf != nil {
+					// An ec2 pod's ENI is its IPv4 address's, whose
+					// table it uses; its IPv6 address is the /80's.
+					plan.Add[i].ENI = in.ENIOf(plan.Add[i].IP)
+				}
 				byIP[ip], byKey[k] = plan.Add[i], plan.Add[i]
 				continue
 			}
@@ -381,6 +386,10 @@ func (p *Plugin) repairBase(store RepairStore, force bool, out io.Writer) (st *a
 func eniOf(st *alloc.State, ip netip.Addr) string {
 	if st.EC2 == nil {
 		return ""
+	}
+	if ip.Is6() {
+		eni, _ := st.EC2.ENIOf6(ip)
+		return eni
 	}
 	for _, a := range st.EC2.Addrs {
 		if a.IP == ip {

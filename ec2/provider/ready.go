@@ -34,9 +34,33 @@ const (
 )
 
 // TargetsMet reports whether a pool with counts c holds what warm keeps
-// ready: warmIPTarget free addresses and minimumIPTarget in all.
+// ready: warmIPTarget free addresses and minimumIPTarget in all (of
+// IPv4 on a dual-stack network, see Sized), and on a dual-stack network an
+// IPv6 address to go with them.
 func TargetsMet(c alloc.Counts, w section.WarmConfig) bool {
+	if w.DualStack && !has6(c) {
+		return false
+	}
+	c = Sized(c)
 	return c.Free >= w.WarmIPTarget && c.Total >= w.MinimumIPTarget
+}
+
+// Sized are the counts of c warm's targets and readiness are about: on a
+// dual-stack network those of IPv4, whose addresses warm assigns one ENI
+// slot at a time. The IPv6 /80's 2^48 addresses would meet any target
+// and hide an IPv4 side run dry, and each pod needs one of both.
+func Sized(c alloc.Counts) alloc.Counts {
+	if c4, ok := c.Families.Of(alloc.IPv4); ok {
+		return c4
+	}
+	return c
+}
+
+// has6 reports whether the pool has an IPv6 address free: the /80 is
+// delegated (it is never used up).
+func has6(c alloc.Counts) bool {
+	c6, ok := c.Families.Of(alloc.IPv6)
+	return ok && c6.Free > 0
 }
 
 // PoolReady reports whether an ec2 pool can give the pods a scheduler
@@ -51,7 +75,9 @@ func TargetsMet(c alloc.Counts, w section.WarmConfig) bool {
 // pass of this boot says the pool cannot grow (subnet full, IAM denied,
 // IMDS or EC2 failing, throttled throttledStuck times in a row). A pool
 // filled and then drained by pods stays ready while it can grow: the pods
-// sent to it wait for warm (addWaitSeconds).
+// sent to it wait for warm (addWaitSeconds). A dual-stack pool is ready
+// when both families can serve: the /80 delegated, and the IPv4 side by
+// the rules above (its counts, Sized).
 func PoolReady(st *alloc.State, c alloc.Counts, w section.WarmConfig, bootID string) error {
 	sec := st.EC2
 	if sec == nil {
@@ -62,7 +88,15 @@ func PoolReady(st *alloc.State, c alloc.Counts, w section.WarmConfig, bootID str
 		return fmt.Errorf("%w: no warm pass has described this instance yet%s", ErrPoolNotReady, lastGrowth(sec, bootID))
 	case sec.VerifiedBoot != bootID:
 		return fmt.Errorf("%w: the store has not been checked against this instance (IMDS) since boot%s", ErrPoolNotReady, lastGrowth(sec, bootID))
-	case sec.FilledBoot != bootID && !TargetsMet(c, w):
+	case w.DualStack && !has6(c):
+		// Until warm delegates the /80, or again when EC2 took it away
+		// (the pass that finds it gone asks for another).
+		return fmt.Errorf("%w: no IPv6 prefix on the primary ENI for the pods' IPv6 addresses%s", ErrPoolNotReady, lastGrowth(sec, bootID))
+	}
+	filled := sec.FilledBoot == bootID || TargetsMet(c, w)
+	c = Sized(c)
+	switch {
+	case !filled:
 		target := fmt.Sprintf("warmIPTarget %d", w.WarmIPTarget)
 		if w.MinimumIPTarget > 0 {
 			target += fmt.Sprintf(", minimumIPTarget %d", w.MinimumIPTarget)

@@ -23,10 +23,12 @@ func (l Limits) ENILimit(maxENIs int) int {
 func (s *EC2) AtHardLimit(maxENIs int) bool { return s.AtHardLimitFor(maxENIs, false) }
 
 // AtHardLimitOf is AtHardLimitFor under the pool policy w. A network of
-// IPv6 is never at it: its pool is a /80 (2^48 addresses) whose want is
-// one call away, and a primary ENI that refuses it is the pass's outcome.
+// IPv6 only is never at it: its pool is a /80 (2^48 addresses) whose want
+// is one call away, and a primary ENI that refuses it is the pass's
+// outcome. A dual-stack one is at it when its IPv4 side is: each pod
+// needs an address of both, and IPv4 is the scarce one.
 func (s *EC2) AtHardLimitOf(w WarmConfig) bool {
-	return !w.IPv6 && s.AtHardLimitFor(w.MaxENIs, w.CustomSubnets())
+	return !w.IPv6Only() && s.AtHardLimitFor(w.MaxENIs, w.CustomSubnets())
 }
 
 // AtHardLimitFor is AtHardLimit where, with custom subnets (createdOnly),

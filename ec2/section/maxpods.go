@@ -66,9 +66,10 @@ func MaxPods(l Limits, prefixDelegation bool, maxENIs int) int {
 // (w.CustomSubnets) take the primary ENI out of the count. A network of
 // IPv6 counts as prefix delegation does, as the VPC CNI's IPv6 nodes are
 // given it: the /80 itself holds 2^48 addresses, so the cap (110 or 250)
-// is what binds on any type with a few ENIs.
+// is what binds on any type with a few ENIs. A dual-stack network counts
+// its IPv4 side, the scarcer: each pod holds one address of each.
 func PodAddressesOf(l Limits, w WarmConfig) int {
-	return podAddresses(l, w.PrefixDelegation || w.IPv6, w.MaxENIs, w.CustomSubnets())
+	return podAddresses(l, w.PrefixDelegation || w.IPv6Only(), w.MaxENIs, w.CustomSubnets())
 }
 
 func MaxAllowedPodsOf(l Limits, w WarmConfig) int { return PodAddressesOf(l, w) + hostNetworkPods }

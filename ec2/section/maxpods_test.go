@@ -68,3 +68,19 @@ func TestMaxPodsIPv6(t *testing.T) {
 		}
 	}
 }
+
+// A dual-stack network counts its IPv4 side, the scarcer: the figure of
+// the same network without IPv6, with or without prefix delegation.
+func TestMaxPodsDualStack(t *testing.T) {
+	for _, l := range []Limits{{MaxENIs: 2, IPv4PerENI: 2, VCPUs: 2}, {MaxENIs: 3, IPv4PerENI: 10, VCPUs: 2}, {MaxENIs: 15, IPv4PerENI: 50, VCPUs: 72}} {
+		for _, pd := range []bool{false, true} {
+			dual := WarmConfig{IPv6: true, DualStack: true, PrefixDelegation: pd}
+			if got, want := MaxPodsOf(l, dual), MaxPods(l, pd, 0); got != want {
+				t.Errorf("%+v prefix delegation %v: maxPods %d, want IPv4's %d", l, pd, got, want)
+			}
+		}
+	}
+	if got := MaxPodsOf(Limits{MaxENIs: 3, IPv4PerENI: 10, VCPUs: 2}, WarmConfig{IPv6: true, DualStack: true}); got != 29 {
+		t.Errorf("m5.large dual-stack: maxPods %d, want 29", got)
+	}
+}

@@ -118,10 +118,18 @@ type WarmConfig struct {
 	// node NotReady and pods are scheduled elsewhere; warm records what
 	// that needs (FilledBoot, Growth), and nothing of it when off.
 	ReadyWhenFilled bool
-	// IPv6 (ipFamilies ["ipv6"]): pods get IPv6 addresses of a /80 prefix
-	// delegated to the primary ENI, and no IPv4 address is assigned.
-	IPv6 bool
+	// IPv6 (ipFamilies with "ipv6"): pods get IPv6 addresses of a /80
+	// prefix delegated to the primary ENI. Alone, no IPv4 address is
+	// assigned for pods; with DualStack (ipFamilies ["ipv4", "ipv6"] in
+	// either order) each pod gets one of each, and the IPv4 side is the
+	// pool as without IPv6: its targets, limits, trim and max-pods.
+	IPv6      bool
+	DualStack bool
 }
+
+// IPv6Only reports whether pods get IPv6 addresses and no IPv4 ones: no
+// IPv4 address is assigned, the pool is the /80 alone.
+func (w WarmConfig) IPv6Only() bool { return w.IPv6 && !w.DualStack }
 
 // ZoneSubnet is the pods' subnet of one availability zone and the
 // security groups of the ENIs created in it (empty: securityGroupIDs, else
