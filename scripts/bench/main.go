@@ -221,6 +221,7 @@ func (b *bench) run(ctx context.Context) error {
 		{"gc and list", b.phaseGC},
 		{"EC2 call counts", b.phaseEC2},
 		{"ADD bursts on a dry EC2 pool", b.phaseDry},
+		{"fleet scale-up on virtual time", b.phaseFleet},
 		{"pprof of the ADD code path", b.phaseProfile},
 		{"kubelet burst (real kubelet + containerd)", b.phaseKubelet},
 	}

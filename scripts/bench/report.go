@@ -243,6 +243,7 @@ func (b *bench) buildTables() {
 		row{sec, "ADD p50, last 10% / first 10%", r2(ratio(el, ef)), r2(ratio(rl, rf)), "–"})
 
 	res.Rows = append(res.Rows, b.familyRows()...)
+	res.Rows = append(res.Rows, b.fleetRows()...)
 
 	sec = fmt.Sprintf("burst (%d at once, %d rounds each)", c.burst, c.burstRounds)
 	bw := map[string][2]float64{}
@@ -538,6 +539,7 @@ func (b *bench) writeMarkdown(path string) error {
 		b.cfg.gcAllocs, b.cfg.gcSandboxes, b.cfg.gcDead)
 	p("`eni-cni gc --grace 60s` (the store aged past it) frees those %d (veths torn down, one save); the CNI GC verb does the same from `cni.dev/valid-attachments`. CRI calls served: %s.\n", b.cfg.gcDead, r.CRICalls)
 	p("- EC2: `ec2fake` + `ec2.Warmer` in process with a hand-moved clock, the scenario of `TestWarmCreatesENIsUpToLimit` (m5.large, warmIPTarget 5, warm every 5th pod and when ADD finds the pool empty), then 120 warm passes 30 s apart.\n")
+	p("- Fleet: `make fleet` at %d nodes (`ec2/fleet` TestFleet: the real warm, STATUS and ADD code of every node, virtual time, one ec2fake world with the account's token buckets; docs/scale.md); its reference column is the VPC CNI's ipamd, modelled, on the same buckets.\n", fleetNodes)
 	p("- Profiles: the ADD code path run in process %d times (package plugin's own `OpenWith` and `Attach`: `alloc.Manager` on the disk store + `netsetup.Setup`, then result printing, as the CNI verb runs them) under `runtime/pprof`, ",
 		b.cfg.profileAdds)
 	p("ADDs and DELs profiled separately (`_out/bench/add-cpu.pprof`, `del-cpu.pprof`); per-step wall times from timers around the same calls. ")
