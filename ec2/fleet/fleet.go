@@ -2,8 +2,11 @@
 // EC2 account: N instances of one ec2fake world, whose EC2 API throttles
 // with the account's token buckets, each node running the real warm pass
 // (ec2.Warmer) and the real ADD side of a dry pool (provider.EC2.Allocate)
-// for its pods, in one process on compressed time. Only the node's kernel
-// side (links, routes) is left out: its HostENI does nothing.
+// for its pods, in one process on virtual or compressed time. Only the
+// node's kernel side (links, routes) is left out: its HostENI does
+// nothing. RunReal is the same scale-up with real processes (the built
+// binary in a network namespace per node, against an ec2fake world
+// process), to show the two agree.
 package fleet
 
 import (
