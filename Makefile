@@ -177,6 +177,7 @@ fleet-real: build
 
 # eni-cni vs ptp+host-local in throwaway namespaces; table on stdout and in docs/BENCHMARKS.md, details in _out/bench/. Root. BENCH_FLAGS=-quick for a short run.
 # BENCH_FLAGS='-only kubelet' runs only the kubelet burst (a real kubelet + containerd; builds kubelet once).
+# BENCH_FLAGS='-only fleet' runs only the fleet rows (make fleet at 100 nodes, virtual time; no root) and rewrites their block.
 bench: build
 	$(GO) run ./scripts/bench -eni-cni $(BIN) -tools $(ENI_CNI_TOOLS) -go $(GO) $(BENCH_FLAGS)
 

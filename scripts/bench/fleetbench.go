@@ -44,7 +44,7 @@ func (b *bench) fleetRows() []row {
 	if len(b.fleet) == 0 {
 		return nil
 	}
-	sec := fmt.Sprintf("fleet scale-up on virtual time (%d m5.xlarge × %d pods at once, the account's EC2 buckets; make fleet); reference: the VPC CNI's ipamd, modelled", b.fleet[0].Opts.Nodes, b.fleet[0].Opts.PodsPerNode)
+	sec := fmt.Sprintf("%s (%d m5.xlarge × %d pods at once, the account's EC2 buckets; make fleet); reference: the VPC CNI's ipamd, modelled", fleetSection, b.fleet[0].Opts.Nodes, b.fleet[0].Opts.PodsPerNode)
 	var ipamd *fleet.Report
 	for _, r := range b.fleet {
 		if r.Model != "" {
@@ -81,6 +81,67 @@ func fleetFigures(r *fleet.Report) string {
 		return out + ", (no ADD model)"
 	}
 	return out + fmt.Sprintf(", %d", failed)
+}
+
+const (
+	fleetSection = "fleet scale-up on virtual time"
+	fleetBegin   = "<!-- BEGIN FLEET (make bench writes it; bench -only fleet rewrites just this part) -->"
+	fleetEnd     = "<!-- END FLEET -->"
+)
+
+func isFleetRow(x row) bool { return strings.HasPrefix(x.Section, fleetSection) }
+
+// runFleetOnly is -only fleet: the fleet's rows on stdout and its block of
+// -md rewritten in place (the rest of the file keeps the last full run).
+func (b *bench) runFleetOnly(ctx context.Context) error {
+	c := &b.cfg
+	c.repo, c.out = absPath(c.repo), absPath(c.out)
+	b.out = c.out
+	if err := os.MkdirAll(b.out, 0o755); err != nil {
+		return err
+	}
+	if err := b.phaseFleet(ctx); err != nil {
+		return err
+	}
+	b.res.Rows = b.fleetRows()
+	if c.md != "" {
+		if err := splice(c.md, fleetBegin, fleetEnd, b.fleetMarkdown()); err != nil {
+			b.logf("BENCHMARKS.md not updated: %v", err)
+		} else {
+			b.logf("rewrote the fleet block of %s", c.md)
+		}
+	}
+	for _, x := range b.res.Rows {
+		fmt.Printf("%s: %s\n  eni-cni: %s\n  ipamd model: %s\n", x.Section, x.Figure, x.ENI, x.Ref)
+	}
+	return nil
+}
+
+// fleetMarkdown is the fleet's block of BENCHMARKS.md: its table and how
+// it was measured, between markers so that -only fleet can rewrite it.
+func (b *bench) fleetMarkdown() string {
+	var m strings.Builder
+	for i, x := range b.res.Rows {
+		if !isFleetRow(x) {
+			continue
+		}
+		if m.Len() == 0 {
+			m.WriteString("\n" + fleetBegin + "\n")
+		}
+		if i == 0 || !isFleetRow(b.res.Rows[i-1]) {
+			fmt.Fprintf(&m, "\n**%s**\n\n| figure | eni-cni | VPC CNI ipamd (model) | eni-cni / ipamd |\n|---|---|---|---|\n",
+				strings.ToUpper(x.Section[:1])+x.Section[1:])
+		}
+		fmt.Fprintf(&m, "| %s | %s | %s | %s |\n", mdEscape(x.Figure), mdEscape(x.ENI), mdEscape(x.Ref), mdEscape(x.Ratio))
+	}
+	if m.Len() == 0 {
+		return ""
+	}
+	fmt.Fprintf(&m, "\nFleet (`make fleet` at %d nodes: `ec2/fleet` TestFleet, the real warm, STATUS and ADD code of every node on virtual "+
+		"time against one ec2fake world throttled with the account's token buckets, gated by the readiness gate; docs/scale.md). "+
+		"The reference is the VPC CNI's ipamd call pattern modelled on the same buckets (no ADD model: its failed ADDs are not counted). "+
+		"Measured %s.\n%s\n", fleetNodes, time.Now().UTC().Format("2006-01-02 15:04 UTC"), fleetEnd)
+	return m.String()
 }
 
 // fleetLabel names a report's configuration.

@@ -539,7 +539,6 @@ func (b *bench) writeMarkdown(path string) error {
 		b.cfg.gcAllocs, b.cfg.gcSandboxes, b.cfg.gcDead)
 	p("`eni-cni gc --grace 60s` (the store aged past it) frees those %d (veths torn down, one save); the CNI GC verb does the same from `cni.dev/valid-attachments`. CRI calls served: %s.\n", b.cfg.gcDead, r.CRICalls)
 	p("- EC2: `ec2fake` + `ec2.Warmer` in process with a hand-moved clock, the scenario of `TestWarmCreatesENIsUpToLimit` (m5.large, warmIPTarget 5, warm every 5th pod and when ADD finds the pool empty), then 120 warm passes 30 s apart.\n")
-	p("- Fleet: `make fleet` at %d nodes (`ec2/fleet` TestFleet: the real warm, STATUS and ADD code of every node, virtual time, one ec2fake world with the account's token buckets; docs/scale.md); its reference column is the VPC CNI's ipamd, modelled, on the same buckets.\n", fleetNodes)
 	p("- Profiles: the ADD code path run in process %d times (package plugin's own `OpenWith` and `Attach`: `alloc.Manager` on the disk store + `netsetup.Setup`, then result printing, as the CNI verb runs them) under `runtime/pprof`, ",
 		b.cfg.profileAdds)
 	p("ADDs and DELs profiled separately (`_out/bench/add-cpu.pprof`, `del-cpu.pprof`); per-step wall times from timers around the same calls. ")
@@ -548,8 +547,8 @@ func (b *bench) writeMarkdown(path string) error {
 	p("## Results\n\n")
 	section := ""
 	for _, x := range r.Rows {
-		if isKubeletRow(x) {
-			continue // its own block, below
+		if isKubeletRow(x) || isFleetRow(x) {
+			continue // their own blocks, below
 		}
 		if x.Section != section {
 			section = x.Section
@@ -561,6 +560,7 @@ func (b *bench) writeMarkdown(path string) error {
 		p("\nEC2 calls, %s: %s.\n", x.Scenario, x.breakdown())
 	}
 	p("%s", b.kubeletMarkdown())
+	p("%s", b.fleetMarkdown())
 	if r.Dry != nil {
 		p("\n%s", dryMarkdown(r.Dry, r.Date))
 	}
