@@ -7,7 +7,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 # Where scripts/install-test-deps.sh puts reference plugins, crictl, etc.
 export ENI_CNI_TOOLS ?= /opt/eni-cni-test
 
-.PHONY: build demo test test-unit test-privileged test-e2e test-kubelet test-daemonset test-kubeadm test-ready test-cluster deps-kubeadm test-conformance deps-conformance deps lint bench fleet install uninstall image clean stress fuzz
+.PHONY: build demo test test-unit test-privileged test-e2e test-kubelet test-daemonset test-kubeadm test-ready test-cluster deps-kubeadm test-conformance deps-conformance deps lint bench fleet fleet-real install uninstall image clean stress fuzz
 
 # The shipped binary is the lean build (CNI verbs without grpc and the AWS
 # SDK) with two builds embedded (seam_lean.go): the ec2 build for warm and
@@ -162,8 +162,22 @@ fleet:
 	$(GO) test -count=1 -timeout 0 -run '^TestFleet$$' -v ./ec2/fleet -args -fleet.nodes $(or $(FLEET_NODES),1000) $(FLEET_FLAGS)
 	$(GO) run ./scripts/fleet -configs steady -steady-nodes $(or $(FLEET_STEADY_NODES),100) -steady-every 5m
 
+# The scale-up with real processes (ec2/fleet TestFleetReal): FLEET_REAL_NODES
+# network namespaces running the built binary (warm as its timer runs it,
+# CNI STATUS, 30 CNI ADDs each into its own netns) against one ec2fake world
+# process whose buckets are the account's, sizes x nodes/1000 and refills x
+# 4 x nodes/1000 (-fleet.real-refill); beside it the simulation of the same
+# fleet on the same buckets. Root; takes the shared host lock for the run.
+# FLEET_REAL_FLAGS e.g. -fleet.real-configs secondary,prefix,template.
+fleet-real: build
+	$(GO) build -o $(CURDIR)/bin/ec2fake ./ec2/ec2fake/cmd/ec2fake
+	$(GO) test -c -o $(CURDIR)/bin/fleet.test ./ec2/fleet
+	cd ec2/fleet && flock /tmp/eni-cni-hostlock $(CURDIR)/bin/fleet.test -test.count=1 -test.timeout 0 -test.run '^TestFleetReal$$' -test.v \
+		-fleet.real-nodes $(or $(FLEET_REAL_NODES),20) -fleet.eni-cni $(CURDIR)/$(BIN) -fleet.ec2fake $(CURDIR)/bin/ec2fake $(FLEET_REAL_FLAGS)
+
 # eni-cni vs ptp+host-local in throwaway namespaces; table on stdout and in docs/BENCHMARKS.md, details in _out/bench/. Root. BENCH_FLAGS=-quick for a short run.
 # BENCH_FLAGS='-only kubelet' runs only the kubelet burst (a real kubelet + containerd; builds kubelet once).
+# BENCH_FLAGS='-only fleet' runs only the fleet rows (make fleet at 100 nodes, virtual time; no root) and rewrites their block.
 bench: build
 	$(GO) run ./scripts/bench -eni-cni $(BIN) -tools $(ENI_CNI_TOOLS) -go $(GO) $(BENCH_FLAGS)
 

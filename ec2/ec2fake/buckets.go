@@ -63,6 +63,19 @@ func (t Throttling) Scaled(k float64) Throttling {
 	return out
 }
 
+// Shrunk is t for a smaller account: every bucket's size multiplied by
+// size (at least one token, so a call can go through) and its refill by
+// refill. A fleet of N nodes against buckets shrunk by N/1000 meets them
+// as 1,000 nodes meet the account's; a larger refill factor shortens the
+// run.
+func (t Throttling) Shrunk(size, refill float64) Throttling {
+	out := Throttling{Buckets: make(map[string]Bucket, len(t.Buckets))}
+	for name, b := range t.Buckets {
+		out.Buckets[name] = Bucket{Size: max(1, b.Size*size), Refill: b.Refill * refill}
+	}
+	return out
+}
+
 // Drain is how long the buckets of t take to serve calls (by action), the
 // buckets full at the start: for each bucket, the calls beyond its size at
 // its refill rate. The longest is the floor of any schedule of those calls.

@@ -101,3 +101,22 @@ func TestDrain(t *testing.T) {
 		t.Errorf("scaled ×10: %v, want 39s", d)
 	}
 }
+
+// TestShrunk: a fleet of 20 meets the account's buckets shrunk by 20/1000:
+// sizes and refills scaled, never below one token, the bound unchanged
+// when both scale alike.
+func TestShrunk(t *testing.T) {
+	acct := AccountThrottling()
+	th := acct.Shrunk(0.02, 0.08)
+	if b := th.Buckets["AssignPrivateIpAddresses"]; b.Size != 2 || b.Refill != 0.4 {
+		t.Errorf("Assign bucket %+v, want size 2, refill 0.4", b)
+	}
+	if b := th.Buckets[MutatingAction]; b.Size != 1 {
+		t.Errorf("mutating bucket %+v, want size 1", b)
+	}
+	big, _ := acct.Drain(map[string]int{"AttachNetworkInterface": 2000})
+	small, _ := acct.Shrunk(0.02, 0.02).Drain(map[string]int{"AttachNetworkInterface": 40})
+	if big != small {
+		t.Errorf("1,000 nodes drain the Attach bucket in %s, 20 against it shrunk in %s", big, small)
+	}
+}

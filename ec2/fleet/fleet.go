@@ -2,8 +2,11 @@
 // EC2 account: N instances of one ec2fake world, whose EC2 API throttles
 // with the account's token buckets, each node running the real warm pass
 // (ec2.Warmer) and the real ADD side of a dry pool (provider.EC2.Allocate)
-// for its pods, in one process on compressed time. Only the node's kernel
-// side (links, routes) is left out: its HostENI does nothing.
+// for its pods, in one process on virtual or compressed time. Only the
+// node's kernel side (links, routes) is left out: its HostENI does
+// nothing. RunReal is the same scale-up with real processes (the built
+// binary in a network namespace per node, against an ec2fake world
+// process), to show the two agree.
 package fleet
 
 import (
@@ -36,6 +39,18 @@ type Options struct {
 	AddWait time.Duration // each ADD's wait (addWaitSeconds), virtual
 	Retry   time.Duration // kubelet's wait before it retries a failed ADD, virtual
 	Timeout time.Duration // give up on the run after this much virtual time
+	// Throttling is the account's buckets; nil is AccountThrottling. A
+	// smaller fleet meets shrunk ones (Throttling.Shrunk) as 1,000 nodes
+	// meet the account's.
+	Throttling *ec2fake.Throttling
+}
+
+// throttling is the run's buckets, full.
+func (o Options) throttling() ec2fake.Throttling {
+	if o.Throttling != nil {
+		return *o.Throttling
+	}
+	return ec2fake.AccountThrottling()
 }
 
 // Report is what a scale-up did.
@@ -61,8 +76,11 @@ type Report struct {
 	// Idle is the addresses the nodes hold and no pod uses when the last
 	// pod has its address, summed over the nodes (free and cooling).
 	Idle  int
-	Model string        // set when the report is of a model, not of eni-cni's code
-	Real  time.Duration // the run's wall time
+	Model string // set when the report is of a model, not of eni-cni's code
+	// Processes: the nodes ran the real binary as processes (RunReal),
+	// not the packages in one process.
+	Processes bool
+	Real      time.Duration // the run's wall time
 }
 
 // Mutations counts the calls that changed the account.
@@ -153,7 +171,7 @@ func world(o Options, c *vclock) (*ec2fake.Server, error) {
 		lat.Calls[a] = c.real(d)
 	}
 	lat.LinkDelay = c.real(lat.LinkDelay)
-	th := ec2fake.AccountThrottling()
+	th := o.throttling()
 	return ec2fake.New(ec2fake.Config{
 		InstanceType: o.InstanceType, Clock: c.now, Latency: &lat, Throttling: &th, EC2BaseLatency: -1,
 		VPCCIDRs: []string{"10.0.0.0/16"}, Subnets: []ec2fake.SubnetConfig{{CIDR: "10.0.0.0/16"}},
@@ -201,7 +219,7 @@ func run(ctx context.Context, o Options, c *vclock, netw network, virtual bool) 
 		}
 	}
 	fake.ResetCalls()
-	fake.SetThrottling(ptr(ec2fake.AccountThrottling())) // full buckets at the start
+	fake.SetThrottling(ptr(o.throttling())) // full buckets at the start
 	c.start = time.Now()
 	if virtual {
 		c.origin = c.start // the bubble's clock is the virtual one
@@ -249,7 +267,7 @@ func run(ctx context.Context, o Options, c *vclock, netw network, virtual bool) 
 	for a, n := range r.Calls {
 		served[a] = n - r.Throttled[a]
 	}
-	r.Bound, r.BoundOf = ec2fake.AccountThrottling().Drain(served)
+	r.Bound, r.BoundOf = o.throttling().Drain(served)
 	for _, n := range nodes {
 		r.PassErrors += n.passErrors()
 		r.Idle += n.idle()
@@ -273,7 +291,9 @@ func Table(rs []*Report) string {
 			fails += n
 		}
 		unready, idle := "-", "-"
-		if r.Model == "" {
+		if r.Processes {
+			idle = fmt.Sprintf("%.1f", r.IdlePerNode())
+		} else if r.Model == "" {
 			unready, idle = fmt.Sprint(r.SentUnready), fmt.Sprintf("%.1f", r.IdlePerNode())
 		}
 		fmt.Fprintf(&b, "%-50s %6d %8.0fs %8.0fs %8.0fs %8.0fs %8.0fs %9d %10d %8d %8d %8s %9s\n", name(r), r.Opts.Nodes,
@@ -323,6 +343,9 @@ func name(r *Report) string {
 	}
 	if o.Gate {
 		s += ", gated"
+	}
+	if r.Processes {
+		s += ", real processes"
 	}
 	return s
 }

@@ -2,9 +2,13 @@ package fleet
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
+	"os"
+	"os/signal"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -17,6 +21,7 @@ var (
 	fleetNodes   = flag.Int("fleet.nodes", 0, "TestFleet: nodes launched at once (0 skips it)")
 	fleetPods    = flag.Int("fleet.pods", 30, "TestFleet: pods per node")
 	fleetAddWait = flag.Duration("fleet.add-wait", 25*time.Second, "TestFleet: each ADD's wait on a dry pool (addWaitSeconds)")
+	fleetJSON    = flag.String("fleet.json", "", "TestFleet: also write the reports here, as JSON (make bench reads them)")
 	fleetConfigs = flag.String("fleet.configs", "secondary,prefix,template,ungated,ipamd", "TestFleet: configurations to run (ungated: secondary addresses without the readiness gate; minimum, prefix-minimum: secondary addresses or prefix delegation with minimumIPTarget = pods + 5)")
 )
 
@@ -61,6 +66,78 @@ func TestFleet(t *testing.T) {
 	if slices.Contains(configs, "ipamd") {
 		rs = append(rs, IPAMD(*fleetNodes, *fleetPods, 1))
 	}
+	if *fleetJSON != "" {
+		b, err := json.Marshal(rs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(*fleetJSON, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	t.Logf("scale-up on virtual time: %d nodes × %d pods at once, m5.xlarge, warmIPTarget 5, addWaitSeconds %v\n%s",
 		*fleetNodes, *fleetPods, fleetAddWait.Seconds(), Table(rs))
+}
+
+// `make fleet-real` runs TestFleetReal with these.
+var (
+	realNodes   = flag.Int("fleet.real-nodes", 0, "TestFleetReal: nodes of real processes (0 skips it; root)")
+	realBin     = flag.String("fleet.eni-cni", "", "TestFleetReal: the eni-cni binary (make build)")
+	realEC2Fake = flag.String("fleet.ec2fake", "", "TestFleetReal: the ec2fake command (go build ./ec2/ec2fake/cmd/ec2fake)")
+	realRefill  = flag.Float64("fleet.real-refill", 4, "TestFleetReal: the buckets' refill, multiplied by this beyond nodes/1000 (their sizes are multiplied by nodes/1000): shortens the run as many times")
+	realConfigs = flag.String("fleet.real-configs", "secondary", "TestFleetReal: configurations (secondary, prefix, template, ungated, minimum)")
+)
+
+// TestFleetReal is `make fleet-real`: the scale-up with real processes
+// (RunReal: -fleet.real-nodes nodes, each a network namespace running the
+// binary, against one ec2fake world process whose buckets are the
+// account's shrunk to the fleet), and beside it the simulation on virtual
+// time of the same fleet against the same buckets; prints both.
+func TestFleetReal(t *testing.T) {
+	if *realNodes == 0 {
+		t.Skip("no -fleet.real-nodes")
+	}
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDFLEET")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "fleet")
+	k := float64(*realNodes) / 1000
+	ro := RealOptions{Bin: *realBin, EC2Fake: *realEC2Fake, Size: k, Refill: k * *realRefill, Log: t.Output()}
+	base := Options{Nodes: *realNodes, PodsPerNode: *fleetPods, AddWait: *fleetAddWait, Gate: true, Timeout: 10 * time.Minute,
+		Warm: section.WarmConfig{WarmIPTarget: 5}, Throttling: ro.Throttling()}
+	configs := map[string]Options{"secondary": base, "ungated": base, "prefix": base, "template": base, "minimum": base}
+	ungated := configs["ungated"]
+	ungated.Gate = false
+	configs["ungated"] = ungated
+	pd := base
+	pd.Warm.PrefixDelegation = true
+	configs["prefix"] = pd
+	pd.LaunchPrefixes = (*fleetPods + 5 + 15) / 16
+	configs["template"] = pd
+	minimum := base
+	minimum.Warm.MinimumIPTarget = *fleetPods + 5
+	configs["minimum"] = minimum
+	var rs []*Report
+	for _, c := range strings.Split(*realConfigs, ",") {
+		o, ok := configs[c]
+		if !ok {
+			t.Fatalf("-fleet.real-configs: no configuration %q", c)
+		}
+		// Interrupted, the run still deletes its namespaces and stops its world.
+		ctx, stop := signal.NotifyContext(t.Context(), os.Interrupt, syscall.SIGTERM)
+		real, err := RunReal(ctx, o, ro)
+		stop()
+		if err != nil {
+			t.Fatal(err)
+		}
+		wall := time.Now()
+		synctest.Test(t, func(t *testing.T) {
+			sim, err := RunVirtual(context.Background(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs = append(rs, real, sim)
+		})
+		rs[len(rs)-1].Real = time.Since(wall)
+	}
+	t.Logf("scale-up, real processes beside the simulation: %d nodes × %d pods at once, m5.xlarge, warmIPTarget 5, addWaitSeconds %v; buckets: sizes × %g, refills × %g of the account's\n%s",
+		*realNodes, *fleetPods, fleetAddWait.Seconds(), ro.Size, ro.Refill, Table(rs))
 }

@@ -22,6 +22,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/eni-cni/eni-cni/ec2/fleet"
 )
 
 // childEnv makes the harness binary act as a tiny helper when it execs
@@ -70,6 +72,7 @@ type bench struct {
 	cleaned   bool
 	rootLinks map[string]bool // root namespace links before the run
 	procs     []*os.Process   // long-running helpers (perf) to stop on cleanup
+	fleet     []*fleet.Report // the fleet row group's scale-ups (phaseFleet)
 }
 
 // node is a namespace standing in for the machine's root namespace.

@@ -182,17 +182,25 @@ func (b *bench) kubeletMarkdown() string {
 // spliceKubelet rewrites the kubelet block of an existing BENCHMARKS.md
 // (or adds it before the targets) and leaves the rest of the file alone.
 func (b *bench) spliceKubelet(path string) error {
+	return splice(path, kubeletBegin, kubeletEnd, b.kubeletMarkdown())
+}
+
+// splice rewrites the block between begin and end of an existing
+// BENCHMARKS.md with block (or adds it before the targets) and leaves the
+// rest of the file alone.
+func splice(path, begin, end, block string) error {
 	old, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	s, block := string(old), strings.TrimPrefix(b.kubeletMarkdown(), "\n")
-	if i := strings.Index(s, kubeletBegin); i >= 0 {
-		j := strings.Index(s[i:], kubeletEnd)
+	s := string(old)
+	block = strings.TrimPrefix(block, "\n")
+	if i := strings.Index(s, begin); i >= 0 {
+		j := strings.Index(s[i:], end)
 		if j < 0 {
-			return fmt.Errorf("%s: %q without %q", path, kubeletBegin, kubeletEnd)
+			return fmt.Errorf("%s: %q without %q", path, begin, end)
 		}
-		s = s[:i] + strings.TrimSuffix(block, "\n") + s[i+j+len(kubeletEnd):]
+		s = s[:i] + strings.TrimSuffix(block, "\n") + s[i+j+len(end):]
 	} else if i := strings.Index(s, "\n## Targets"); i >= 0 {
 		s = s[:i] + "\n" + block + s[i:]
 	} else {

@@ -103,7 +103,8 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.mtu, "mtu", 9001, "MTU of both plugins")
 	fs.BoolVar(&c.quick, "quick", false, "small counts for a quick check (explicit flags still win)")
 	fs.StringVar(&c.only, "only", "", "run one part only and print it, writing no report: \"ec2\" (the EC2 call counts; no root needed), "+
-		"\"kubelet\" (the kubelet burst; rewrites only its block of -md), \"dry\" (ADD bursts on a dry EC2 pool; rewrites only its block of -md)")
+		"\"kubelet\" (the kubelet burst; rewrites only its block of -md), \"dry\" (ADD bursts on a dry EC2 pool; rewrites only its block of -md), "+
+		"\"fleet\" (the fleet scale-up on virtual time; no root needed; rewrites only its block of -md)")
 	fs.IntVar(&c.kubeRounds, "kubelet-rounds", 3, "kubelet burst: rounds per plugin")
 	fs.IntVar(&c.kubePods, "kubelet-pods", 20, "kubelet burst: static pod manifests written at once")
 	drySizes := fs.String("dry-sizes", "30,58", "pods per burst of the dry EC2 pool phase")
@@ -143,8 +144,8 @@ func parseFlags(args []string) (config, error) {
 		return c, errors.New("-gc-allocs must be 1..250, -gc-dead <= -gc-allocs, -gc-sandboxes >= live allocations")
 	case c.gone < 1 || c.execN < 1 || c.gcReps < 1 || c.gcRounds < 1:
 		return c, errors.New("-gone, -exec-n, -gc-reps and -gc-rounds must be >= 1")
-	case c.only != "" && c.only != "ec2" && c.only != "kubelet" && c.only != "dry" && c.only != "core":
-		return c, errors.New(`-only must be "ec2", "kubelet", "dry" or "core"`)
+	case c.only != "" && c.only != "ec2" && c.only != "kubelet" && c.only != "dry" && c.only != "core" && c.only != "fleet":
+		return c, errors.New(`-only must be "ec2", "kubelet", "dry", "fleet" or "core"`)
 	case c.kubeRounds < 1 || c.kubePods < 1 || c.kubePods > 100:
 		return c, errors.New("-kubelet-rounds must be >= 1 and -kubelet-pods 1..100")
 	}
@@ -173,6 +174,15 @@ func run() int {
 		// In process against the fake: no namespaces, no root, no tools.
 		b := &bench{cfg: cfg, start: time.Now()}
 		if err := b.phaseEC2(ctx); err != nil {
+			b.logf("FAILED: %v", err)
+			return 1
+		}
+		return 0
+	}
+	if cfg.only == "fleet" {
+		// A test of the simulation on virtual time: no root, no tools.
+		b := &bench{cfg: cfg, start: time.Now()}
+		if err := b.runFleetOnly(ctx); err != nil {
 			b.logf("FAILED: %v", err)
 			return 1
 		}
@@ -221,6 +231,7 @@ func (b *bench) run(ctx context.Context) error {
 		{"gc and list", b.phaseGC},
 		{"EC2 call counts", b.phaseEC2},
 		{"ADD bursts on a dry EC2 pool", b.phaseDry},
+		{"fleet scale-up on virtual time", b.phaseFleet},
 		{"pprof of the ADD code path", b.phaseProfile},
 		{"kubelet burst (real kubelet + containerd)", b.phaseKubelet},
 	}

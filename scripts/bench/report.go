@@ -243,6 +243,7 @@ func (b *bench) buildTables() {
 		row{sec, "ADD p50, last 10% / first 10%", r2(ratio(el, ef)), r2(ratio(rl, rf)), "–"})
 
 	res.Rows = append(res.Rows, b.familyRows()...)
+	res.Rows = append(res.Rows, b.fleetRows()...)
 
 	sec = fmt.Sprintf("burst (%d at once, %d rounds each)", c.burst, c.burstRounds)
 	bw := map[string][2]float64{}
@@ -546,8 +547,8 @@ func (b *bench) writeMarkdown(path string) error {
 	p("## Results\n\n")
 	section := ""
 	for _, x := range r.Rows {
-		if isKubeletRow(x) {
-			continue // its own block, below
+		if isKubeletRow(x) || isFleetRow(x) {
+			continue // their own blocks, below
 		}
 		if x.Section != section {
 			section = x.Section
@@ -559,6 +560,7 @@ func (b *bench) writeMarkdown(path string) error {
 		p("\nEC2 calls, %s: %s.\n", x.Scenario, x.breakdown())
 	}
 	p("%s", b.kubeletMarkdown())
+	p("%s", b.fleetMarkdown())
 	if r.Dry != nil {
 		p("\n%s", dryMarkdown(r.Dry, r.Date))
 	}

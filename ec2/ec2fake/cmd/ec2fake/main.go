@@ -41,6 +41,13 @@
 // --subnet-cidr lists them): ENIs there may then get IPv6 addresses and /80
 // prefixes (AssignIpv6Addresses), and IMDS lists them.
 //
+// --throttling account throttles the EC2 API with the account's token
+// buckets (ec2fake.AccountThrottling), shared by every instance, their
+// sizes and refills multiplied by --throttling-size and
+// --throttling-refill (a fleet of N nodes meets them shrunk by N/1000 as
+// 1,000 nodes meet the account's); the describe file then also has
+// "throttled", the calls refused by action.
+//
 // --faults FILE makes EC2 calls fail or hang while the fake runs, for as
 // long as FILE says so (read before every call): a line
 // "AssignPrivateIpAddresses InsufficientFreeAddressesInSubnet" fails that
@@ -83,6 +90,9 @@ type options struct {
 	instances         instanceList
 	router, internet  string
 	faults            string
+	throttling        string
+	throttleSize      float64
+	throttleRefill    float64
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -112,6 +122,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.router, "router-netns", "", "run the VPC fabric: the router's network namespace (path); each --instance needs netns=")
 	fs.StringVar(&o.internet, "internet-netns", "", "with --router-netns: the internet's network namespace (path), behind the router")
 	fs.StringVar(&o.faults, "faults", "", "file read before every EC2 call, edited while the fake runs: each line ACTION CODE makes that action (or * for all) fail with the EC2 error CODE, ACTION hang holds its calls until the line is gone; empty or absent: no fault")
+	fs.StringVar(&o.throttling, "throttling", "none", "EC2 API throttling: none, or account (ec2fake.AccountThrottling: the account's documented token buckets, shared by every instance; throttled calls counted per action in --describe)")
+	fs.Float64Var(&o.throttleSize, "throttling-size", 1, "with --throttling account: multiply every bucket's size by this (at least one token)")
+	fs.Float64Var(&o.throttleRefill, "throttling-refill", 1, "with --throttling account: multiply every bucket's refill rate by this")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -128,6 +141,14 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		o.cfg.Latency = &lat
 	default:
 		return nil, fmt.Errorf("--latency %q: want none or realistic", o.latency)
+	}
+	switch o.throttling {
+	case "none":
+	case "account":
+		th := ec2fake.AccountThrottling().Shrunk(o.throttleSize, o.throttleRefill)
+		o.cfg.Throttling = &th
+	default:
+		return nil, fmt.Errorf("--throttling %q: want none or account", o.throttling)
 	}
 	if (o.links == "") != (o.linksPeer == "") || len(o.links) > 12 {
 		return nil, fmt.Errorf("--links (a prefix of at most 12 characters) and --links-peer-netns go together")
@@ -191,6 +212,7 @@ type description struct {
 	Instances []nodeInfo         `json:"instances,omitempty"`
 	ENIs      []ec2fake.ENI      `json:"enis"`
 	Calls     map[string]int     `json:"calls"`
+	Throttled map[string]int     `json:"throttled,omitempty"` // of Calls, those refused for an empty bucket
 	Fabric    *fabricDescription `json:"fabric,omitempty"`
 	Updated   time.Time          `json:"updated"`
 }
@@ -225,7 +247,7 @@ type describer struct {
 func (d *describer) write() error {
 	desc := description{
 		IMDSURL: d.srv.IMDSURL(), EC2URL: d.srv.EC2URL(), Info: d.srv.Info(), ENIs: d.srv.ENIs(),
-		Calls: d.srv.Calls(), Updated: time.Now().UTC(),
+		Calls: d.srv.Calls(), Throttled: d.srv.Throttled(), Updated: time.Now().UTC(),
 	}
 	if d.w != nil {
 		desc.Instances = d.w.nodes
