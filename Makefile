@@ -138,6 +138,7 @@ test: deps lint build
 	$(MAKE) --no-print-directory test-e2e
 	$(MAKE) --no-print-directory test-kubelet
 	$(MAKE) --no-print-directory test-kubelet KUBELET_PHASES=ec2 KUBELET_EC2_FAMILY=ipv6 KUBELET_EC2_SELFTEST=1
+	$(MAKE) --no-print-directory test-kubelet KUBELET_PHASES=ec2 KUBELET_EC2_FAMILY=dual KUBELET_EC2_SELFTEST=1
 	$(MAKE) --no-print-directory test-daemonset
 	$(MAKE) --no-print-directory test-kubeadm E2E_IP_FAMILY=ipv4
 	$(MAKE) --no-print-directory test-kubeadm E2E_IP_FAMILY=ipv6
