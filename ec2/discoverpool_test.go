@@ -5,6 +5,11 @@ package ec2
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	neturl "net/url"
 	"testing"
 
 	"github.com/eni-cni/eni-cni/alloc"
@@ -43,6 +48,52 @@ func TestDiscoverPoolReadsThePrefix(t *testing.T) {
 			if eni, _ := st.EC2.ENIOf6(ip); eni != primary.ID {
 				t.Errorf("%s: ENI of %s is %q, want %s", families, ip, eni, primary.ID)
 			}
+		}
+	}
+}
+
+// An IMDS of IMDSv1 alone in front of the fake: the token call is refused
+// and tokenless reads are answered (the proxy holds a token of its own).
+func imdsV1Only(t *testing.T, url string) string {
+	t.Helper()
+	tok, err := http.NewRequest(http.MethodPut, url+"/latest/api/token", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok.Header.Set("X-aws-ec2-metadata-token-ttl-seconds", "600")
+	resp, err := http.DefaultClient.Do(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	target, _ := neturl.Parse(url)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut {
+			http.Error(w, "IMDSv1 only", http.StatusForbidden)
+			return
+		}
+		r.Header.Set("X-aws-ec2-metadata-token", string(token))
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// Repair's discovery honours imdsV1Fallback as warm's does: on an
+// instance of IMDSv1 alone a lost ec2 pool was never read back.
+func TestDiscoverPoolIMDSv1Fallback(t *testing.T) {
+	e := newEnv6(t, subnet6)
+	url := imdsV1Only(t, e.fake.URL())
+	for _, fallback := range []bool{false, true} {
+		cfg, err := netconf.Parse([]byte(fmt.Sprintf(`{"cniVersion":"1.0.0","name":"pods","type":"eni-cni","imdsEndpoint":%q,"imdsV1Fallback":%t}`, url, fallback)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = DiscoverPool(cfg)(context.Background(), alloc.NewState("b"))
+		if (err == nil) != fallback {
+			t.Errorf("imdsV1Fallback %t: %v", fallback, err)
 		}
 	}
 }

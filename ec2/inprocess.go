@@ -71,7 +71,7 @@ func DiscoverPool(cfg *netconf.Config) func(ctx context.Context, st *alloc.State
 	return func(ctx context.Context, st *alloc.State) (string, error) {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		md := NewQuickMetadataClient(cfg.IMDSEndpoint)
+		md := NewQuickMetadataClient(cfg.IMDSEndpoint, MetadataOptions(cfg)...)
 		inst, err := Discover(ctx, md)
 		if err != nil {
 			return "", err
