@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -197,14 +198,42 @@ func discoverENI(ctx context.Context, md Metadata, mac string, known *section.EN
 		}
 		e.Prefixes = append(e.Prefixes, p.Masked())
 	}
-	for _, v := range prefixes6 {
+	e.IPv6Prefixes, err = parse6(mac, prefixes6)
+	return e, err
+}
+
+// ReadIPv6Prefixes reads into the ENI of inst with mac the IPv6 prefixes
+// IMDS lists for it (ipv6-prefix), each a /80.
+func ReadIPv6Prefixes(ctx context.Context, md Metadata, inst *section.Instance, mac string) error {
+	i := slices.IndexFunc(inst.ENIs, func(e section.ENIInfo) bool { return e.MAC == mac })
+	if i < 0 {
+		return fmt.Errorf("%w: %s is not among the listed network interfaces", ErrIMDS, mac)
+	}
+	r := reader{md: md}
+	prefixes := r.optionalList(ctx, "network/interfaces/macs/"+mac+"/ipv6-prefix")
+	if r.err != nil {
+		return r.err
+	}
+	ps, err := parse6(mac, prefixes)
+	if err != nil {
+		return err
+	}
+	inst.ENIs[i].IPv6Prefixes, inst.ENIs[i].IPv6Read = ps, true
+	return nil
+}
+
+// parse6 parses the ipv6-prefix entries of the ENI with mac: only a /80
+// is a delegated prefix (section.Delegated6).
+func parse6(mac string, entries []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, v := range entries {
 		p, err := netip.ParsePrefix(v)
 		if err != nil || !section.Delegated6(p) {
-			return e, fmt.Errorf("%w: %s ipv6-prefix entry %q", ErrIMDS, mac, v)
+			return nil, fmt.Errorf("%w: %s ipv6-prefix entry %q", ErrIMDS, mac, v)
 		}
-		e.IPv6Prefixes = append(e.IPv6Prefixes, p.Masked())
+		out = append(out, p.Masked())
 	}
-	return e, nil
+	return out, nil
 }
 
 // SubnetIPv6 reads the IPv6 blocks of the subnet of the ENI with mac

@@ -71,15 +71,30 @@ func DiscoverPool(cfg *netconf.Config) func(ctx context.Context, st *alloc.State
 	return func(ctx context.Context, st *alloc.State) (string, error) {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		inst, err := Discover(ctx, NewQuickMetadataClient(cfg.IMDSEndpoint))
+		md := NewQuickMetadataClient(cfg.IMDSEndpoint, MetadataOptions(cfg)...)
+		inst, err := Discover(ctx, md)
 		if err != nil {
 			return "", err
+		}
+		if cfg.Warm.IPv6 {
+			// Discovery reads IPv6 prefixes only where the store has some:
+			// without the primary ENI's /80 the pods' IPv6 addresses
+			// would be recorded on no ENI, and CHECK, which routes by it,
+			// would fail for them until they are deleted.
+			if err := ReadIPv6Prefixes(ctx, md, inst, inst.PrimaryMAC); err != nil {
+				return "", err
+			}
 		}
 		// A fresh section: what IMDS lists now is this instance's (ENIs other
 		// than the primary stay unverified until warm has read their tags).
 		st.EC2 = &section.EC2{}
 		section.Reconcile(st.EC2, inst, time.Now())
 		n := len(st.EC2.Addrs)
-		return fmt.Sprintf("read the ec2 pool from IMDS: %s (%s), %d ENIs, %d addresses", inst.ID, inst.Type, len(inst.ENIs), n), nil
+		msg := fmt.Sprintf("read the ec2 pool from IMDS: %s (%s), %d ENIs, %d addresses", inst.ID, inst.Type, len(inst.ENIs), n)
+		if cfg.Warm.IPv6 {
+			primary, _ := st.EC2.PrimaryENI()
+			msg += fmt.Sprintf(", %d IPv6 prefixes", len(primary.IPv6Prefixes))
+		}
+		return msg, nil
 	}
 }
