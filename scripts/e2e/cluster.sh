@@ -75,17 +75,6 @@ PROXY_MODE=${E2E_PROXY_MODE:-iptables}
 export E2E_PROXY_MODE=$PROXY_MODE # kadm_kubelet_config's KubeProxyConfiguration
 
 say() { printf 'cluster-e2e: %s\n' "$*"; }
-CASE=setup CASE_T0=$EPOCHREALTIME
-begin() {
-	CASE=$1 CASE_T0=$EPOCHREALTIME
-	say "--- $1"
-}
-pass() { say "PASS $CASE ($(e2e_since "$CASE_T0")s): $*"; }
-fail() {
-	say "FAIL $CASE: $*" >&2
-	diagnostics >&2 || true
-	exit 1
-}
 
 # ------------------------------------------------------------------ node side
 # Run inside a node's namespaces (`on N`): CLUSTER_VERB says what to do,

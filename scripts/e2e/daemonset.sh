@@ -53,17 +53,6 @@ HOST_PATHS=(/opt/cni/bin/eni-cni /etc/cni/net.d/10-eni-cni.conflist /etc/cron.d/
 	/var/lib/eni-cni/state.json)
 
 say() { printf 'daemonset-e2e: %s\n' "$*"; }
-CASE=setup CASE_T0=$EPOCHREALTIME
-begin() {
-	CASE=$1 CASE_T0=$EPOCHREALTIME
-	say "--- $1"
-}
-pass() { say "PASS $CASE ($(e2e_since "$CASE_T0")s): $*"; }
-fail() {
-	say "FAIL $CASE: $*" >&2
-	diagnostics >&2 || true
-	exit 1
-}
 diagnostics() {
 	[ -n "${E2E_RUN:-}" ] && [ -d "$E2E_RUN" ] || return 0
 	echo "--- kubelet /pods"

@@ -79,17 +79,6 @@ POOL_RANGE=10.199.1.10-10.199.1.29
 POOL_RE='^10\.199\.1\.'
 
 say() { printf 'kubeadm-e2e: %s\n' "$*"; }
-CASE=setup CASE_T0=$EPOCHREALTIME
-begin() {
-	CASE=$1 CASE_T0=$EPOCHREALTIME
-	say "--- $1"
-}
-pass() { say "PASS $CASE ($(e2e_since "$CASE_T0")s): $*"; }
-fail() {
-	say "FAIL $CASE: $*" >&2
-	diagnostics >&2 || true
-	exit 1
-}
 
 # ------------------------------------------------------------------ outside
 # The host's side: the lock, what must not change, the private namespaces.

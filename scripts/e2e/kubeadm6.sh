@@ -89,17 +89,6 @@ esac
 PRIMARY=${FAMILIES[0]} SECONDARY=${FAMILIES[1]:-}
 
 say() { printf 'kubeadm6-e2e[%s]: %s\n' "$MODE" "$*"; }
-CASE=setup CASE_T0=$EPOCHREALTIME
-begin() {
-	CASE=$1 CASE_T0=$EPOCHREALTIME
-	say "--- $1"
-}
-pass() { say "PASS $CASE ($(e2e_since "$CASE_T0")s): $*"; }
-fail() {
-	say "FAIL $CASE: $*" >&2
-	diagnostics >&2 || true
-	exit 1
-}
 
 # ------------------------------------------------------------------ outside
 [ "${KADM_INNER:-0}" = 1 ] || kadm_outside KADM_INNER "$0" "$@"

@@ -106,6 +106,22 @@ e2e_now() { printf '%s\n' "$EPOCHREALTIME"; }
 # e2e_since START: seconds elapsed since START (from e2e_now), 3 decimals.
 e2e_since() { awk -v s="$1" -v e="$EPOCHREALTIME" 'BEGIN { printf "%.3f\n", e - s }'; }
 
+# Named checks of the suites that use them: begin NAME starts one, pass
+# MESSAGE ends it, fail MESSAGE ends it and the run after the suite's own
+# diagnostics (each suite defines say and diagnostics; a suite with checks
+# of another shape defines its own begin, pass and fail after sourcing).
+CASE=setup CASE_T0=$EPOCHREALTIME
+begin() {
+	CASE=$1 CASE_T0=$EPOCHREALTIME
+	say "--- $1"
+}
+pass() { say "PASS $CASE ($(e2e_since "$CASE_T0")s): $*"; }
+fail() {
+	say "FAIL $CASE: $*" >&2
+	diagnostics >&2 || true
+	exit 1
+}
+
 # _e2e_alive PID: the process exists and is not a zombie.
 _e2e_alive() {
 	local st

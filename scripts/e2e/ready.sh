@@ -67,17 +67,6 @@ CreateNetworkInterface InsufficientFreeAddressesInSubnet'
 REASON='the ec2 pool is not ready for pods'
 
 say() { printf 'ready-e2e: %s\n' "$*"; }
-CASE=setup CASE_T0=$EPOCHREALTIME
-begin() {
-	CASE=$1 CASE_T0=$EPOCHREALTIME
-	say "--- $1"
-}
-pass() { say "PASS $CASE ($(e2e_since "$CASE_T0")s): $*"; }
-fail() {
-	say "FAIL $CASE: $*" >&2
-	diagnostics >&2 || true
-	exit 1
-}
 
 # ------------------------------------------------------------------ outside
 [ "${READY_INNER:-0}" = 1 ] || kadm_outside READY_INNER "$0" "$@"
