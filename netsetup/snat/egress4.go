@@ -92,25 +92,10 @@ func EnsureEgress4Once(stateDir, bootID string, r netip.Prefix) error {
 // CheckEgress4 lists what the node lacks of the egress masquerade of r,
 // in words (nothing when it is in place). It changes nothing.
 func CheckEgress4(r netip.Prefix) (missing []string, err error) {
-	ipt, err := iptables.NewWithProtocol(iptables.ProtocolIPv4)
-	if err != nil {
-		return nil, fmt.Errorf("iptables: %w", err)
-	}
-	for _, c := range []struct {
-		tb   table
-		want [][]string
-		what string
-	}{
+	return checkTables([]wanted{
 		{egressNat, Egress4Rules(r), "the masquerade of IPv6-only pods' IPv4 egress"},
 		{egressFilter, Egress4DropRules(r), "the drop of their conntrack-INVALID packets"},
-	} {
-		m, err := checkTable(ipt, c.tb, c.want, c.what)
-		if err != nil {
-			return nil, err
-		}
-		missing = append(missing, m...)
-	}
-	return missing, nil
+	})
 }
 
 // RemoveEgress4 takes the jumps and both tables' Egress4Chain away

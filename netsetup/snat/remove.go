@@ -40,19 +40,28 @@ func Check(s Spec) (missing []string, err error) {
 	if err := s.valid(); err != nil {
 		return nil, err
 	}
+	return checkTables([]wanted{
+		{natTable, Rules(s), "the SNAT of pod traffic leaving the VPC"},
+		{filterTable, DropRules(s), "the drop of conntrack-INVALID pod traffic SNAT cannot rewrite"},
+	})
+}
+
+// wanted is one table's chain as it should be, and what it is for, in
+// words for a report of what is missing.
+type wanted struct {
+	tb    table
+	rules [][]string
+	what  string
+}
+
+// checkTables lists, in words, what the node lacks of each wanted chain.
+func checkTables(ws []wanted) (missing []string, err error) {
 	ipt, err := iptables.NewWithProtocol(iptables.ProtocolIPv4)
 	if err != nil {
 		return nil, fmt.Errorf("iptables: %w", err)
 	}
-	for _, c := range []struct {
-		tb   table
-		want [][]string
-		what string
-	}{
-		{natTable, Rules(s), "the SNAT of pod traffic leaving the VPC"},
-		{filterTable, DropRules(s), "the drop of conntrack-INVALID pod traffic SNAT cannot rewrite"},
-	} {
-		m, err := checkTable(ipt, c.tb, c.want, c.what)
+	for _, w := range ws {
+		m, err := checkTable(ipt, w.tb, w.rules, w.what)
 		if err != nil {
 			return nil, err
 		}
