@@ -83,6 +83,20 @@ type Report struct {
 	Real      time.Duration // the run's wall time
 }
 
+// addNode records one node's outcome: when it was Ready, when its last
+// pod had an address, the pods left without one and the failed ADDs by
+// reason. The caller holds the report's lock.
+func (r *Report) addNode(ready, done time.Duration, unserved int, failed map[string]int) {
+	r.Ready = append(r.Ready, ready)
+	r.PodWait = append(r.PodWait, max(done-ready, 0))
+	r.NodeDone = append(r.NodeDone, done)
+	r.Last = max(r.Last, done)
+	r.Unserved += unserved
+	for k, v := range failed {
+		r.AddFailed[k] += v
+	}
+}
+
 // Mutations counts the calls that changed the account.
 func (r Report) Mutations() int {
 	n := 0
@@ -247,14 +261,7 @@ func run(ctx context.Context, o Options, c *vclock, netw network, virtual bool) 
 			mu.Lock()
 			defer mu.Unlock()
 			r.SentUnready += unready
-			r.Ready = append(r.Ready, ready)
-			r.PodWait = append(r.PodWait, max(done-ready, 0))
-			r.NodeDone = append(r.NodeDone, done)
-			r.Last = max(r.Last, done)
-			r.Unserved += unserved
-			for k, v := range failed {
-				r.AddFailed[k] += v
-			}
+			r.addNode(ready, done, unserved, failed)
 		}()
 	}
 	wg.Wait()

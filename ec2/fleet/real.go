@@ -258,14 +258,7 @@ func (run *realRun) scaleUp(ctx context.Context) *Report {
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			r.Ready = append(r.Ready, ready)
-			r.PodWait = append(r.PodWait, max(done-ready, 0))
-			r.NodeDone = append(r.NodeDone, done)
-			r.Last = max(r.Last, done)
-			r.Unserved += unserved
-			for k, v := range failed {
-				r.AddFailed[k] += v
-			}
+			r.addNode(ready, done, unserved, failed)
 		})
 	}
 	pods.Wait()
