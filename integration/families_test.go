@@ -361,10 +361,21 @@ func TestFamiliesGCRebootRepair(t *testing.T) {
 			}
 
 			// Reboot: pods and veths are gone, the store still has them.
+			// The kernel deletes a pod's veth with its namespace, but
+			// later, from a work queue: the next ADD, given one of their
+			// addresses again, found it still routed through the dying
+			// veth (3 runs in 37 under load), which a real reboot cannot
+			// leave behind.
 			for _, p := range pods[1:3] {
 				if err := p.remove(); err != nil {
 					t.Fatal(err)
 				}
+			}
+			for _, veth := range []string{kept.veth, hostVethOf(t, res)} {
+				waitFor(t, veth+" gone with its pod's namespace", func() bool {
+					_, err := n.h.LinkByName(veth)
+					return err != nil
+				})
 			}
 			nw.rewriteState(t, func(st map[string]any) { st["bootID"] = "a-previous-boot" })
 			res, _ = nw.add(t, pods[3])

@@ -268,3 +268,52 @@ func TestSecondDualStackInterface(t *testing.T) {
 		return nil
 	})
 }
+
+// TestFirstPacketAfterSetup: the first packet for an IPv6 pod, sent the
+// moment Setup returns, arrives, with no retry, many times in a row while
+// another namespace churns links (contending for the RTNL lock the
+// kernel's link-watch work needs). Before Setup waited, the host veth
+// could still drop what it sent (its queue not yet given by link-watch)
+// and the pod could still lack the local route of its address (added by
+// the address work queue): up to 1 first ping in 10 lost under load.
+func TestFirstPacketAfterSetup(t *testing.T) {
+	node, pod, churn := newNS(t), newPodNS(t), newPodNS(t)
+	_ = node.Do(func(ns.NetNS) error { addNodeAddrs(t); return nil })
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = churn.Do(func(ns.NetNS) error {
+			for {
+				select {
+				case <-stop:
+					return nil
+				default:
+				}
+				v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "churn0"}, PeerName: "churn1"}
+				if netlink.LinkAdd(v) == nil {
+					_ = netlink.LinkSetUp(v)
+					_ = netlink.LinkDel(v)
+				}
+			}
+		})
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+	ip := netip.MustParseAddr("fd00:5::7")
+	for i := range 100 {
+		p := Pod{Netns: pod.Path(), IfName: "eth0", HostVeth: HostVethName("eni", "first", "eth0"), IP: ip, MTU: 9001}
+		err := node.Do(func(ns.NetNS) error {
+			if _, err := Setup(p); err != nil {
+				t.Fatalf("Setup: %v", err)
+			}
+			err := testutils.Ping(nodeAddr6.String(), ip.String(), 1)
+			if terr := Teardown(p.HostVeth, ip); terr != nil {
+				t.Fatalf("Teardown: %v", terr)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatalf("round %d: the first ping after Setup was lost: %v", i, err)
+		}
+	}
+}
