@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"net/netip"
 	"testing"
-	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -45,15 +44,9 @@ func TestEC2IPv6Pod(t *testing.T) {
 	if len(ips) != 1 || !prefix.Contains(ips[0]) || ips[0] == prefix.Addr() {
 		t.Fatalf("ADD gave %v, want one address of %s (not its first)", ips, prefix)
 	}
-	// The first echo may go while the node still resolves the pod's
-	// address on the veth (seen once in a full run): a few tries.
-	err = flows(t, en.node, p, ips)
-	for try := 0; err != nil && try < 3; try++ {
-		t.Logf("try %d: %v", try+1, err)
-		time.Sleep(500 * time.Millisecond)
-		err = flows(t, en.node, p, ips)
-	}
-	if err != nil {
+	// No retry: the first packet after ADD must arrive (netsetup waits for
+	// the host veth's queue and the pod's local route before ADD returns).
+	if err := flows(t, en.node, p, ips); err != nil {
 		t.Error(err)
 	}
 	if n := en.fake.Calls()["AssignIpv6Addresses"]; n != 1 {
