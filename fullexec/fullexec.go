@@ -140,6 +140,7 @@ func (e *Exe) MarkNoExec(err error) {
 	if ferr == nil {
 		unix.Close(fd)
 	}
+	unpublish(e.dir)
 }
 
 func noExecMarker(b Build) string { return ".noexec-" + b.short() }
@@ -251,19 +252,29 @@ func checkFile(f *os.File, b Build) (unix.Stat_t, error) {
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return st, err
 	}
-	switch {
-	case st.Mode&unix.S_IFMT != unix.S_IFREG:
-		return st, fmt.Errorf("%s is not a regular file", f.Name())
-	case !trustedOwner(st.Uid):
-		return st, fmt.Errorf("%s is owned by uid %d", f.Name(), st.Uid)
-	case st.Mode&0o022 != 0:
-		return st, fmt.Errorf("%s is writable by group or others (mode %o)", f.Name(), st.Mode&0o7777)
-	case st.Mode&0o100 == 0:
-		return st, fmt.Errorf("%s is not executable (mode %o)", f.Name(), st.Mode&0o7777)
-	case st.Size != int64(len(b.Data)):
+	if err := trustedExe(f.Name(), st); err != nil {
+		return st, err
+	}
+	if st.Size != int64(len(b.Data)) {
 		return st, fmt.Errorf("%s has %d bytes, the build %d", f.Name(), st.Size, len(b.Data))
 	}
 	return st, nil
+}
+
+// trustedExe: a regular executable file of a trusted owner that nobody
+// else may write.
+func trustedExe(name string, st unix.Stat_t) error {
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return fmt.Errorf("%s is not a regular file", name)
+	case !trustedOwner(st.Uid):
+		return fmt.Errorf("%s is owned by uid %d", name, st.Uid)
+	case st.Mode&0o022 != 0:
+		return fmt.Errorf("%s is writable by group or others (mode %o)", name, st.Mode&0o7777)
+	case st.Mode&0o100 == 0:
+		return fmt.Errorf("%s is not executable (mode %o)", name, st.Mode&0o7777)
+	}
+	return nil
 }
 
 // digestOf hashes the file through a small buffer. A read-only mapping

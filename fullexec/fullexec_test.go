@@ -19,6 +19,9 @@ import (
 // The build under test is this test binary itself: run with FULLEXEC_HELPER
 // set it only prints its arguments, so a test sees which code ran.
 func TestMain(m *testing.M) {
+	if boot := os.Getenv("FULLEXEC_PUBLISHED_BOOT"); boot != "" {
+		os.Exit(publishedChild(boot))
+	}
 	if os.Getenv("FULLEXEC_HELPER") != "" {
 		fmt.Printf("helper %s\n", strings.Join(os.Args[1:], " "))
 		os.Exit(0)

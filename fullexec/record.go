@@ -114,12 +114,17 @@ func recordOf(b Build, boot string, st unix.Stat_t) string {
 
 // readRecord returns b's record in d, or "" when there is none that only
 // a trusted owner could have written.
-func readRecord(d *os.File, b Build) string {
-	fd, err := unix.Openat(int(d.Fd()), recordName(b), unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+func readRecord(d *os.File, b Build) string { return readTrusted(d, recordName(b)) }
+
+// readTrusted returns the small file name in d, or "" when it is not a
+// regular file, opened without following a symlink, that only a trusted
+// owner could have written.
+func readTrusted(d *os.File, name string) string {
+	fd, err := unix.Openat(int(d.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return ""
 	}
-	f := os.NewFile(uintptr(fd), recordName(b))
+	f := os.NewFile(uintptr(fd), name)
 	defer f.Close()
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil ||
