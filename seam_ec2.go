@@ -29,6 +29,10 @@ func full() provider.Full { return ec2.InProcess{} }
 func runFull(cmd string, _ delegate.Use, args []string, stdout, stderr io.Writer) error {
 	switch cmd {
 	case "warm":
+		// The warm timer runs this build's published copy directly.
+		if run, err := delegate.AsWarmTimer(cmd, stderr); !run {
+			return err
+		}
 		return cmdWarm(args, stdout, stderr)
 	case "internal":
 		return cmdInternal(args, os.Stdin, stdout)

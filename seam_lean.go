@@ -41,12 +41,15 @@ var ec2Digest string
 func embedded(cmd string) delegate.Full {
 	ec2B := fullexec.Build{Name: "ec2", Data: ec2Binary, Digest: strings.TrimSpace(ec2Digest)}
 	fullB := fullexec.Build{Name: "full", Data: fullBinary, Digest: strings.TrimSpace(fullDigest)}
+	warm := ec2B
 	if to, _ := delegate.For(cmd); to.EC2 {
 		ec2B.Siblings = []fullexec.Build{fullB}
-		return delegate.Full{Build: ec2B}
+		warm.Siblings = ec2B.Siblings
+		return delegate.Full{Build: ec2B, Warm: &warm}
 	}
 	fullB.Siblings = []fullexec.Build{ec2B}
-	return delegate.Full{Build: fullB}
+	warm.Siblings = []fullexec.Build{fullB}
+	return delegate.Full{Build: fullB, Warm: &warm}
 }
 
 // full serves the EC2 provider's IMDS reads and warm command through the

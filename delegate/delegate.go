@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"github.com/eni-cni/eni-cni/alloc"
@@ -73,6 +74,21 @@ func For(cmd string) (Target, bool) {
 // Full runs the embedded full build.
 type Full struct {
 	Build fullexec.Build
+	// Warm is the build the warm timer runs (the ec2 build): a timer
+	// command through the cache publishes it as WarmTimerName.
+	Warm *fullexec.Build
+}
+
+// WarmTimerName is the cached ec2 build's second name, which the warm
+// timer runs directly (fullexec.Publish): one Go process a tick instead
+// of the lean binary and the build it execs. Not a name the cache's
+// clean-up takes for an old build.
+const WarmTimerName = "timer-warm"
+
+// WarmTimerPath is where the warm timer finds the published ec2 build of
+// the network whose state is in stateDir.
+func WarmTimerPath(stateDir string) string {
+	return filepath.Join(cacheDir(stateDir), WarmTimerName)
 }
 
 // cacheDir is where the unpacked full build is cached, beside the state,
@@ -150,8 +166,36 @@ func (f Full) Exec(cmd string, args []string, use Use) error {
 	if err != nil {
 		return err
 	}
+	if use == Cached && (cmd == "warm" || cmd == "gc") {
+		f.publishWarm(exe, stateDir)
+	}
 	argv := append([]string{os.Args[0], cmd}, args...)
 	return exe.Exec(argv, env)
+}
+
+// publishWarm keeps the warm timer's copy (WarmTimerPath) current on every
+// timer run through this binary: the warm pass (whose build, exe, is the
+// one to publish) and the minute's gc (which opens it for this). So a copy
+// missing, stale after a reboot, or left by the binary this one replaced
+// is set right within a minute, and the timer's copy hands over to this
+// binary until then. Best effort: a copy that is not right hands over.
+func (f Full) publishWarm(exe *fullexec.Exe, stateDir string) {
+	if f.Warm == nil || !exe.Cached {
+		return
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return
+	}
+	if f.Warm.Digest != f.Build.Digest {
+		warm, err := fullexec.Open(cacheDir(stateDir), *f.Warm)
+		if err != nil {
+			return
+		}
+		defer warm.Close()
+		exe = warm
+	}
+	_ = exe.Publish(WarmTimerName, self)
 }
 
 // oneP gives a delegated build one P (GOMAXPROCS=1) unless the operator
@@ -261,4 +305,33 @@ func (f Full) RefreshIMDS(ctx context.Context, cfg *netconf.Config, _ *alloc.Man
 // writes nothing.
 func (f Full) CheckIMDS(ctx context.Context, cfg *netconf.Config) error {
 	return f.runInternal(ctx, cfg, "imds-check", ReadOnly, nil)
+}
+
+// AsWarmTimer is how a build starts a command when it may be the warm
+// timer's published copy: run is true when this process runs cmd itself,
+// either because it is not that copy (the lean binary exec'd it, or it is
+// a build run by hand) or because the copy proved it is what a lean run
+// verified in this boot (fullexec.VerifyPublished). Otherwise it hands
+// over to the lean binary that published it, and returns only with the
+// reason that failed.
+func AsWarmTimer(cmd string, stderr io.Writer) (run bool, err error) {
+	exe, err := os.Executable()
+	if err != nil || filepath.Base(exe) != WarmTimerName {
+		return true, nil
+	}
+	p, err := fullexec.VerifyPublished(exe)
+	if err == nil && cmd != "warm" {
+		err = fmt.Errorf("%w: %s runs warm, not %q", fullexec.ErrNotVerified, exe, cmd)
+	}
+	if err == nil {
+		if os.Getenv("GOMAXPROCS") == "" {
+			runtime.GOMAXPROCS(1) // as oneP gives a delegated build
+		}
+		return true, nil
+	}
+	if p.Lean == "" {
+		return false, fmt.Errorf("%w; run `eni-cni %s` through the eni-cni binary, which publishes it again", err, cmd)
+	}
+	fmt.Fprintf(stderr, "eni-cni: %v: handing over to %s\n", err, p.Lean)
+	return false, fullexec.HandOver(p.Lean, os.Args, os.Environ())
 }

@@ -247,3 +247,64 @@ func TestEmbeddedBuildsSideBySide(t *testing.T) {
 		t.Errorf("%v: inodes %v, then %v after more runs of each", files, before, after)
 	}
 }
+
+// TestWarmTimerRunsPublishedBuild: the lean binary's timer runs (warm, gc)
+// publish the cached ec2 build as stateDir/.bin/timer-warm, which the warm
+// timer runs directly. Once a lean run has hashed it as it is, it runs
+// warm itself; when the lean binary that published it was replaced (an
+// upgrade), it hands over to that binary, which runs the pass and
+// publishes again; without its note it runs nothing and says so.
+func TestWarmTimerRunsPublishedBuild(t *testing.T) {
+	requireLean(t)
+	n := newNode(t)
+	nw := newNetwork(t, n, "1.0.0", []string{"10.99.0.0/28"}, nil)
+	data, err := os.ReadFile(pluginBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lean := filepath.Join(t.TempDir(), "eni-cni")
+	if err := os.WriteFile(lean, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := func(argv ...string) output {
+		t.Helper()
+		o, err := runIn(t.Context(), n.path(), nil, nil, append(argv, "--config", nw.confFile)...)
+		if err != nil {
+			t.Fatalf("%v: %v", argv, err)
+		}
+		return o
+	}
+	timer := filepath.Join(nw.stateDir, ".bin", "timer-warm")
+	if o := run(lean, "gc", "--help"); o.exit != 0 {
+		t.Fatalf("gc --help: %s", o)
+	}
+	if o := run(timer, "warm"); o.exit != 0 || !strings.Contains(string(o.stderr), "handing over to "+lean) {
+		t.Fatalf("the copy gc published, before a lean run hashed it as linked: %s", o)
+	}
+	time.Sleep(2100 * time.Millisecond) // fullexec's racyWindow, 2 s
+	if o := run(lean, "warm"); o.exit != 0 {
+		t.Fatalf("lean warm: %s", o)
+	}
+	o := run(timer, "warm")
+	if o.exit != 0 || !strings.Contains(string(o.stdout), "nothing to do") || len(o.stderr) != 0 {
+		t.Fatalf("the published copy, verified: %s", o)
+	}
+	// An upgrade: a new file at the lean binary's path.
+	if err := os.WriteFile(lean+".new", data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(lean+".new", lean); err != nil {
+		t.Fatal(err)
+	}
+	o = run(timer, "warm")
+	if o.exit != 0 || !strings.Contains(string(o.stdout), "nothing to do") || !strings.Contains(string(o.stderr), "changed since it published") {
+		t.Fatalf("the published copy after the lean binary was replaced: %s", o)
+	}
+	if err := os.Remove(filepath.Join(nw.stateDir, ".bin", ".published-timer-warm")); err != nil {
+		t.Fatal(err)
+	}
+	o = run(timer, "warm")
+	if o.exit == 0 || strings.Contains(string(o.stdout), "nothing to do") || !strings.Contains(string(o.stderr), "no note") {
+		t.Fatalf("the published copy without its note: %s", o)
+	}
+}
