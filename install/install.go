@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/eni-cni/eni-cni/delegate"
 	"io"
 	"io/fs"
 	"os"
@@ -36,7 +37,7 @@ const BinaryName = "eni-cni"
 // Units are the systemd units of the timers, in the order they are written.
 var (
 	Timers   = []string{"eni-cni-gc.timer", "eni-cni-warm.timer"}
-	Services = []string{"eni-cni-gc.service", "eni-cni-warm.service"}
+	Services = []string{"eni-cni-gc.service", "eni-cni-warm.service", "eni-cni-warm-lean.service"}
 )
 
 // CronSource is the name of the cron file in the Units file system; it is
@@ -46,6 +47,11 @@ const CronSource = "eni-cni.cron"
 // defaultBinPath is the binary's path written in the shipped units and cron
 // file; a Layout with another BinDir rewrites it.
 const defaultBinPath = "/opt/cni/bin/eni-cni"
+
+// defaultWarmTimer is the published ec2 build the shipped warm unit and
+// cron line run (delegate.WarmTimerPath of the default state directory); a
+// Layout with another StateDir rewrites it.
+const defaultWarmTimer = "/var/lib/eni-cni/.bin/timer-warm"
 
 // Layout is where things go, as absolute paths on the node; Root is
 // prepended when writing.
@@ -255,11 +261,24 @@ func unitFile(units fs.FS, name string, l Layout) ([]byte, error) {
 	}
 	bin := l.BinPath()
 	if l.ConfDir != DefaultLayout().ConfDir {
-		for _, verb := range []string{" gc", " warm"} {
-			data = bytes.ReplaceAll(data, []byte(defaultBinPath+verb), []byte(defaultBinPath+verb+" --conf-dir "+l.ConfDir))
+		for _, cmd := range []string{defaultBinPath + " gc", defaultBinPath + " warm", defaultWarmTimer + " warm"} {
+			data = bytes.ReplaceAll(data, []byte(cmd), []byte(cmd+" --conf-dir "+l.ConfDir))
 		}
 	}
+	data = bytes.ReplaceAll(data, []byte(defaultWarmTimer), []byte(delegate.WarmTimerPath(l.StateDir)))
 	return bytes.ReplaceAll(data, []byte(defaultBinPath), []byte(bin)), nil
+}
+
+// FirstWarmUnit is the unit that runs a first warm pass now: the warm
+// unit once the binary has published the build it runs (a reinstall),
+// else the unit that runs the pass through the binary, which publishes it
+// (the warm unit would fail on the missing file and leave it to its
+// OnFailure= fallback, reporting a failed start).
+func (in *Install) FirstWarmUnit() string {
+	if _, err := os.Lstat(in.In(delegate.WarmTimerPath(in.StateDir))); err == nil {
+		return "eni-cni-warm.service"
+	}
+	return "eni-cni-warm-lean.service"
 }
 
 // wantsLink is the symlink `systemctl enable` makes for a unit with

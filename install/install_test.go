@@ -19,11 +19,12 @@ import (
 // units is a stand-in for the shipped units: the same names and the
 // binary path the real ones use.
 var units = fstest.MapFS{
-	"eni-cni-gc.service":   {Data: []byte("[Service]\nExecStart=/opt/cni/bin/eni-cni gc\n")},
-	"eni-cni-warm.service": {Data: []byte("[Service]\nExecStart=/opt/cni/bin/eni-cni warm\n")},
-	"eni-cni-gc.timer":     {Data: []byte("[Timer]\nOnUnitActiveSec=1min\n[Install]\nWantedBy=timers.target\n")},
-	"eni-cni-warm.timer":   {Data: []byte("[Timer]\nOnUnitActiveSec=30s\n[Install]\nWantedBy=timers.target\n")},
-	"eni-cni.cron":         {Data: []byte("* * * * * root /opt/cni/bin/eni-cni warm\n* * * * * root /opt/cni/bin/eni-cni gc\n")},
+	"eni-cni-gc.service":        {Data: []byte("[Service]\nExecStart=/opt/cni/bin/eni-cni gc\n")},
+	"eni-cni-warm.service":      {Data: []byte("[Unit]\nOnFailure=eni-cni-warm-lean.service\n[Service]\nExecStart=/var/lib/eni-cni/.bin/timer-warm warm\n")},
+	"eni-cni-warm-lean.service": {Data: []byte("[Unit]\nConditionPathExists=!/var/lib/eni-cni/.bin/timer-warm\n[Service]\nExecStart=/opt/cni/bin/eni-cni warm\n")},
+	"eni-cni-gc.timer":          {Data: []byte("[Timer]\nOnUnitActiveSec=1min\n[Install]\nWantedBy=timers.target\n")},
+	"eni-cni-warm.timer":        {Data: []byte("[Timer]\nOnUnitActiveSec=30s\n[Install]\nWantedBy=timers.target\n")},
+	"eni-cni.cron":              {Data: []byte("* * * * * root if [ -x /var/lib/eni-cni/.bin/timer-warm ]; then /var/lib/eni-cni/.bin/timer-warm warm; else /opt/cni/bin/eni-cni warm; fi\n* * * * * root /opt/cni/bin/eni-cni gc\n")},
 }
 
 const conflist = `{"cniVersion":"1.0.0","name":"pods","plugins":[{"type":"eni-cni","pool":{"source":"static","ranges":["10.244.0.0/24"]}}]}` + "\n"
@@ -325,7 +326,28 @@ func TestOtherBinAndConfDirsAreWrittenIntoUnits(t *testing.T) {
 	wantFile(t, filepath.Join(root, "etc/systemd/system/eni-cni-gc.service"), 0o644,
 		"ExecStart=/usr/libexec/cni/eni-cni gc --conf-dir /etc/kubernetes/cni/net.d\n")
 	wantFile(t, filepath.Join(root, "etc/systemd/system/eni-cni-warm.service"), 0o644,
-		"ExecStart=/usr/libexec/cni/eni-cni warm --conf-dir /etc/kubernetes/cni/net.d\n")
+		"ExecStart=/var/lib/eni-cni/.bin/timer-warm warm --conf-dir /etc/kubernetes/cni/net.d\n")
+	wantFile(t, filepath.Join(root, "etc/systemd/system/eni-cni-warm-lean.service"), 0o644,
+		"ConditionPathExists=!/var/lib/eni-cni/.bin/timer-warm\n", "ExecStart=/usr/libexec/cni/eni-cni warm --conf-dir /etc/kubernetes/cni/net.d\n")
+}
+
+// The warm timer runs the ec2 build published in the network's state
+// directory: another state directory is written into the units and the
+// cron line, with the fallback to the binary beside it.
+func TestOtherStateDirIsWrittenIntoWarmTimer(t *testing.T) {
+	root := t.TempDir()
+	in := newInstall(t, root)
+	in.StateDir, in.Timers = "/srv/eni", TimersCron
+	steps, err := in.Plan()
+	run(t, steps, err, false)
+	wantFile(t, filepath.Join(root, "etc/cron.d/eni-cni"), 0o644,
+		"if [ -x /srv/eni/.bin/timer-warm ]; then /srv/eni/.bin/timer-warm warm; else /opt/cni/bin/eni-cni warm; fi\n")
+	in = newInstall(t, t.TempDir())
+	in.StateDir, in.Timers = "/srv/eni", TimersSystemd
+	steps, err = in.Plan()
+	run(t, steps, err, false)
+	wantFile(t, filepath.Join(in.Root, "etc/systemd/system/eni-cni-warm.service"), 0o644, "ExecStart=/srv/eni/.bin/timer-warm warm\n")
+	wantFile(t, filepath.Join(in.Root, "etc/systemd/system/eni-cni-warm-lean.service"), 0o644, "ConditionPathExists=!/srv/eni/.bin/timer-warm\n")
 }
 
 func TestTimersNoneAndForcedCron(t *testing.T) {
@@ -412,7 +434,7 @@ func TestUninstallRemovesEverythingTwice(t *testing.T) {
 	if !strings.Contains(out, "kept "+root+"/var/lib/eni-cni") {
 		t.Errorf("output does not say the state was kept:\n%s", out)
 	}
-	want := []string{"stop eni-cni-gc.timer", "stop eni-cni-warm.timer", "stop eni-cni-gc.service", "stop eni-cni-warm.service", "reload"}
+	want := []string{"stop eni-cni-gc.timer", "stop eni-cni-warm.timer", "stop eni-cni-gc.service", "stop eni-cni-warm.service", "stop eni-cni-warm-lean.service", "reload"}
 	if !slices.Equal(sm.calls, want) {
 		t.Errorf("systemd calls %v, want %v", sm.calls, want)
 	}

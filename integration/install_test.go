@@ -39,7 +39,7 @@ func installScript(t *testing.T) string {
 var hostPaths = []string{
 	"/opt/cni/bin/eni-cni", "/etc/cni/net.d/10-eni-cni.conflist", "/etc/cron.d/eni-cni",
 	"/etc/systemd/system/eni-cni-gc.timer", "/etc/systemd/system/eni-cni-warm.timer",
-	"/etc/systemd/system/eni-cni-gc.service", "/etc/systemd/system/eni-cni-warm.service",
+	"/etc/systemd/system/eni-cni-gc.service", "/etc/systemd/system/eni-cni-warm.service", "/etc/systemd/system/eni-cni-warm-lean.service",
 	"/etc/systemd/system/timers.target.wants/eni-cni-gc.timer", "/etc/systemd/system/timers.target.wants/eni-cni-warm.timer",
 	"/var/lib/eni-cni/state.json", "/var/lib/eni-cni/state.lock",
 }
@@ -136,7 +136,7 @@ func TestInstallIntoRootLeavesHostAlone(t *testing.T) {
 	want := []string{
 		"etc/cni/net.d/10-eni-cni.conflist",
 		"etc/systemd/system/eni-cni-gc.service", "etc/systemd/system/eni-cni-gc.timer",
-		"etc/systemd/system/eni-cni-warm.service", "etc/systemd/system/eni-cni-warm.timer",
+		"etc/systemd/system/eni-cni-warm-lean.service", "etc/systemd/system/eni-cni-warm.service", "etc/systemd/system/eni-cni-warm.timer",
 		"etc/systemd/system/timers.target.wants/eni-cni-gc.timer", "etc/systemd/system/timers.target.wants/eni-cni-warm.timer",
 		"opt/cni/bin/eni-cni", "run/systemd/private",
 	}
@@ -245,7 +245,7 @@ func TestInstallActivateStartsTimers(t *testing.T) {
 	for _, c := range sd.Calls() {
 		got = append(got, c.String())
 	}
-	want := []string{"Reload()", "StartUnit(eni-cni-gc.timer, replace)", "StartUnit(eni-cni-warm.timer, replace)", "StartUnit(eni-cni-warm.service, replace)"}
+	want := []string{"Reload()", "StartUnit(eni-cni-gc.timer, replace)", "StartUnit(eni-cni-warm.timer, replace)", "StartUnit(eni-cni-warm-lean.service, replace)"}
 	if !slices.Equal(got, want) {
 		t.Errorf("systemd calls %v, want %v", got, want)
 	}
@@ -268,7 +268,7 @@ func TestInstallActivateStartsTimers(t *testing.T) {
 	for _, c := range sd.Calls()[len(want):] {
 		got = append(got, c.String())
 	}
-	want = []string{"StopUnit(eni-cni-gc.timer, replace)", "StopUnit(eni-cni-warm.timer, replace)", "StopUnit(eni-cni-gc.service, replace)", "StopUnit(eni-cni-warm.service, replace)", "Reload()"}
+	want = []string{"StopUnit(eni-cni-gc.timer, replace)", "StopUnit(eni-cni-warm.timer, replace)", "StopUnit(eni-cni-gc.service, replace)", "StopUnit(eni-cni-warm.service, replace)", "StopUnit(eni-cni-warm-lean.service, replace)", "Reload()"}
 	if !slices.Equal(got, want) {
 		t.Errorf("uninstall: systemd calls %v, want %v", got, want)
 	}

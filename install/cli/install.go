@@ -259,9 +259,9 @@ func (c *installCmd) afterSteps(in *install.Install, cfg *netconf.Config, out io
 					return runNodeCommand(ctx, out, bin, "warm", "--config", in.ConfPath())
 				}})
 		case install.SystemdRunning(in.Root) && in.Timers != install.TimersCron && in.Timers != install.TimersNone:
-			sd := in.Systemd
-			steps = append(steps, install.Step{Desc: "systemd: start eni-cni-warm.service (a first warm pass on the node)", BestEffort: true,
-				Do: func(ctx context.Context) error { return sd.Start(ctx, "eni-cni-warm.service") }})
+			sd, unit := in.Systemd, in.FirstWarmUnit()
+			steps = append(steps, install.Step{Desc: "systemd: start " + unit + " (a first warm pass on the node)", BestEffort: true,
+				Do: func(ctx context.Context) error { return sd.Start(ctx, unit) }})
 		default:
 			steps = append(steps, install.Note("warm: the first pass runs from cron within a minute"))
 		}

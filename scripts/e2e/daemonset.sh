@@ -49,7 +49,7 @@ E2E_NETNS_UNDER_STATE=1
 # Where a real install would write on this machine: must stay as found.
 HOST_PATHS=(/opt/cni/bin/eni-cni /etc/cni/net.d/10-eni-cni.conflist /etc/cron.d/eni-cni
 	/etc/systemd/system/eni-cni-gc.timer /etc/systemd/system/eni-cni-warm.timer
-	/etc/systemd/system/eni-cni-gc.service /etc/systemd/system/eni-cni-warm.service
+	/etc/systemd/system/eni-cni-gc.service /etc/systemd/system/eni-cni-warm.service /etc/systemd/system/eni-cni-warm-lean.service
 	/var/lib/eni-cni/state.json)
 
 say() { printf 'daemonset-e2e: %s\n' "$*"; }
@@ -203,18 +203,19 @@ wait_for 90 installed || fail "the DaemonSet pod did not install and go idle (st
 t_install=$(e2e_since "$t0")
 cmp -s "$ENI_BIN" "$HOST/opt/cni/bin/eni-cni" || fail "the installed binary is not the image's"
 cmp -s "$CONFIGDIR/10-eni-cni.conflist" "$HOST/etc/cni/net.d/10-eni-cni.conflist" || fail "the installed conflist is not the ConfigMap's"
-for u in eni-cni-gc.service eni-cni-warm.service eni-cni-gc.timer eni-cni-warm.timer; do
+for u in eni-cni-gc.service eni-cni-warm.service eni-cni-warm-lean.service eni-cni-gc.timer eni-cni-warm.timer; do
 	[ -s "$HOST/etc/systemd/system/$u" ] || fail "no unit $u"
 done
 for t in eni-cni-gc.timer eni-cni-warm.timer; do
 	[ "$(readlink "$HOST/etc/systemd/system/timers.target.wants/$t")" = "/etc/systemd/system/$t" ] || fail "$t not enabled"
 done
-grep -qx 'ExecStart=/opt/cni/bin/eni-cni warm' "$HOST/etc/systemd/system/eni-cni-warm.service" || fail "warm unit does not run the host's binary"
+grep -qx 'ExecStart=/var/lib/eni-cni/.bin/timer-warm warm' "$HOST/etc/systemd/system/eni-cni-warm.service" || fail "warm unit does not run the build the host's binary publishes"
+grep -qx 'ExecStart=/opt/cni/bin/eni-cni warm' "$HOST/etc/systemd/system/eni-cni-warm-lean.service" || fail "warm fallback unit does not run the host's binary"
 [ ! -e "$HOST/etc/cron.d/eni-cni" ] || fail "a cron file on a systemd node"
 want='Reload()
 StartUnit(eni-cni-gc.timer, replace)
 StartUnit(eni-cni-warm.timer, replace)
-StartUnit(eni-cni-warm.service, replace)'
+StartUnit(eni-cni-warm-lean.service, replace)'
 wait_for 5 eval '[ "$(cat "$E2E_RUN/logs/systemd-calls.log" 2>/dev/null)" = "$want" ]' ||
 	fail "systemd calls: $(tr '\n' ' ' <"$E2E_RUN/logs/systemd-calls.log" 2>/dev/null), want $(tr '\n' ' ' <<<"$want")"
 [ "$(stat -c %a "$HOST/var/lib/eni-cni")" = 700 ] || fail "state dir mode $(stat -c %a "$HOST/var/lib/eni-cni"), want 700"
