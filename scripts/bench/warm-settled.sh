@@ -15,6 +15,10 @@
 # and decodes grows with them) and warmIPTarget addresses free beside them.
 # ENV_B="K=V ..." adds variables to BIN_B's environment (BIN_B may be BIN:
 # the same binary with and without them, e.g. ENV_B=GOMAXPROCS=1).
+# A pass is what the warm timer runs: the ec2 build a binary publishes in
+# its state directory (stateDir/.bin/timer-warm), run directly; AS=binary
+# times `BIN warm` instead (the lean binary, which execs that build), as
+# does a binary that publishes none.
 # Usage: [PODS=N] [ENV_B=...] scripts/bench/warm-settled.sh BIN [RUNS] [BIN_B]   (root)
 set -euo pipefail
 
@@ -90,6 +94,16 @@ world() {
 	fi
 	sleep 2.5 # the full build's digest is recorded once its file is older than 2 s
 	$(cat "$dir/pass") >/dev/null
+	# What the warm timer runs: the ec2 build the binary published in the
+	# state directory (unless AS=binary, or a binary that publishes none).
+	local timer="$dir/state/.bin/timer-warm"
+	if [ "${AS:-timer}" = timer ] && [ -x "$timer" ]; then
+		sed -i "s| $bin warm | $timer warm |" "$dir/pass"
+		if $(cat "$dir/pass") 2>&1 >/dev/null | grep -q "handing over"; then
+			echo "warm-settled: $timer hands over to the binary on a settled node" >&2
+			exit 1
+		fi
+	fi
 }
 
 # timed NAME: one pass; appends "cpu_ms rss_kib" to $WORK/NAME/times. CPU
