@@ -29,6 +29,8 @@
 #                                fwmark-rule (nodeport-from-outside), eni-address
 #                                (nodeport-from-pod), snat-chain (pod-to-internet-snat)
 #   hook                         $E2E_CLUSTER_HOOK, if set, exits 0
+#   warm-timer-direct            on every node the timer's pass (the published ec2 build,
+#                                stateDir/.bin/timer-warm) runs itself, no hand-over
 #   kubeadm-reset                every node reset; every eni-cni address freed
 #   eni-cni-uninstall            conflist and binary gone on every node
 #   teardown-leaves-nothing      containerd stopped: no shim, mount, netns, cgroup left
@@ -361,14 +363,22 @@ stop_warm_loops() {
 	WARM_PIDS=()
 }
 
-# start_warm_loop N: `eni-cni warm` on node N every 10 s, as its timer would
-# (no systemd and no cron here).
+# start_warm_loop N: a warm pass on node N every 10 s, as its timer would
+# (no systemd and no cron here): the ec2 build the binary published in the
+# state directory (TIMER_WARM), else the binary, as the cron line does.
+TIMER_WARM=/var/lib/eni-cni/.bin/timer-warm
 start_warm_loop() {
 	local n=$1
 	(
 		set +e
 		while [ ! -e "$CLUSTER_RUN/stop-warm" ]; do
-			eni "$n" warm >>"${NODE_RUN[$n]}/logs/warm-loop.log" 2>&1
+			if on "$n" test -x "$TIMER_WARM"; then
+				echo "== $TIMER_WARM warm"
+				on "$n" "$TIMER_WARM" warm
+			else
+				echo "== eni-cni warm"
+				eni "$n" warm
+			fi >>"${NODE_RUN[$n]}/logs/warm-loop.log" 2>&1
 			sleep 10
 		done
 	) &
@@ -813,6 +823,17 @@ if [ -n "${E2E_CLUSTER_HOOK:-}" ]; then
 	E2E_NODE_SOCKETS="${sockets[*]}" on 1 "$E2E_CLUSTER_HOOK" || fail "$E2E_CLUSTER_HOOK failed (exit $?)"
 	pass "$E2E_CLUSTER_HOOK exited 0"
 fi
+
+begin warm-timer-direct
+# The timer's pass on a settled node is the published ec2 build on its own,
+# one process: it proves itself and runs, it does not hand over.
+direct=""
+for n in $(seq "$NODES"); do
+	out=$(on "$n" "$TIMER_WARM" warm 2>&1) || fail "node $n: $TIMER_WARM warm failed: $out"
+	! grep -q "handing over" <<<"$out" || fail "node $n: the published build handed over on a settled node: $out"
+	direct+=" node $n: $(grep -c "^== $TIMER_WARM" "${NODE_RUN[$n]}/logs/warm-loop.log") of $(grep -c '^== ' "${NODE_RUN[$n]}/logs/warm-loop.log") loop passes,"
+done
+pass "the timer's pass runs the published build itself;${direct%,}"
 
 begin kubeadm-reset
 stop_warm_loops
