@@ -27,12 +27,13 @@ func full() provider.Full { return ec2.InProcess{} }
 
 // runFull runs a command delegate.For sends to the ec2 build, in this process.
 func runFull(cmd string, _ delegate.Use, args []string, stdout, stderr io.Writer) error {
+	// The warm timer runs this build's published copy directly: it runs
+	// warm once it has proved itself, and nothing else.
+	if run, err := delegate.AsWarmTimer(cmd, stderr); !run {
+		return err
+	}
 	switch cmd {
 	case "warm":
-		// The warm timer runs this build's published copy directly.
-		if run, err := delegate.AsWarmTimer(cmd, stderr); !run {
-			return err
-		}
 		return cmdWarm(args, stdout, stderr)
 	case "internal":
 		return cmdInternal(args, os.Stdin, stdout)
