@@ -61,15 +61,20 @@ func (e *Exe) Publish(name, lean string) error {
 	if err != nil {
 		return fmt.Errorf("publish %s: %w", name, err)
 	}
-	if pst, err := statAt(e.dir, name); err == nil && sameFile(pst, st) && readNote(e.dir, name) == note {
-		return nil
-	}
+	pst, err := statAt(e.dir, name)
+	linked := err == nil && sameFile(pst, st)
 	dfd := int(e.dir.Fd())
 	tmp := fmt.Sprintf(".%spublish-%s-%d", filePrefix, name, os.Getpid())
 	// The note first: a name whose note is not yet right hands over to
 	// the lean binary, which is always safe.
-	if err := writeAt(e.dir, PublishedPrefix+name, tmp+".note", []byte(note), 0o600, func(*os.File) error { return nil }); err != nil {
-		return fmt.Errorf("publish %s: %w", name, err)
+	if readNote(e.dir, name) != note {
+		if err := writeAt(e.dir, PublishedPrefix+name, tmp+".note", []byte(note), 0o600, func(*os.File) error { return nil }); err != nil {
+			return fmt.Errorf("publish %s: %w", name, err)
+		}
+	}
+	if linked {
+		// Linking it again would change its ctime, and its record with it.
+		return nil
 	}
 	_ = unix.Unlinkat(dfd, tmp, 0) // a killed run's leftover with our PID
 	if err := unix.Linkat(unix.AT_FDCWD, e.Path(), dfd, tmp, unix.AT_SYMLINK_FOLLOW); err != nil {

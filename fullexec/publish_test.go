@@ -108,6 +108,18 @@ func TestPublishedCopyVerifiesItself(t *testing.T) {
 	if got := published(t, dir, "timer-warm", h.boot, false); !strings.HasPrefix(got, "verified") {
 		t.Errorf("after publishing again: %s", got)
 	}
+	// Another lean binary publishing the same copy rewrites the note, and
+	// does not link again (its ctime, and so its record, stay).
+	other := leanBinary(t)
+	if err := h.open(t, dir, b).Publish("timer-warm", other); err != nil {
+		t.Fatal(err)
+	}
+	if after := stat(t, filepath.Join(dir, "timer-warm")); after.Ino != before.Ino || after.Ctim != before.Ctim {
+		t.Error("a note for another lean binary linked the copy again")
+	}
+	if got := published(t, dir, "timer-warm", h.boot, false); got != "verified timer-warm lean "+other+"\n" {
+		t.Errorf("after another lean binary published it: %s", got)
+	}
 	// A new build cached clears the old ones but not the published name,
 	// which the next publish moves.
 	removeOthers(mustDir(t, dir), Build{Name: "ec2", Digest: strings.Repeat("0", 64)})
