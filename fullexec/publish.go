@@ -75,8 +75,12 @@ func (e *Exe) Publish(name, lean string) error {
 	if err := unix.Linkat(unix.AT_FDCWD, e.Path(), dfd, tmp, unix.AT_SYMLINK_FOLLOW); err != nil {
 		return fmt.Errorf("publish %s: link: %w", name, err)
 	}
-	if err := unix.Renameat(dfd, tmp, dfd, name); err != nil {
-		_ = unix.Unlinkat(dfd, tmp, 0)
+	err = unix.Renameat(dfd, tmp, dfd, name)
+	// Gone after a rename, except when name already was a link of the
+	// same file (a new note for the same copy, or two runs publishing at
+	// once): then rename(2) does nothing and succeeds.
+	_ = unix.Unlinkat(dfd, tmp, 0)
+	if err != nil {
 		return fmt.Errorf("publish %s: rename: %w", name, err)
 	}
 	_ = unix.Fsync(dfd)

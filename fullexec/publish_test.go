@@ -306,3 +306,29 @@ func remountChild(dir string) int {
 	fmt.Println("remount ok")
 	return 0
 }
+
+// Publishing again the copy the name already holds, with a new note (the
+// lean binary ran from another path, or two lean runs published at once):
+// rename(2) of a link onto a link of the same file does nothing, so the
+// temporary link must be removed, not left as a third name of 45 MB.
+func TestRepublishLeavesNoTemporaryLink(t *testing.T) {
+	b, dir, h := settled(t)
+	e := h.open(t, dir, b)
+	for _, lean := range []string{leanBinary(t), leanBinary(t)} {
+		if err := e.Publish("timer-warm", lean); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, en := range entries {
+		if strings.HasPrefix(en.Name(), "."+filePrefix) {
+			t.Errorf("%s left in the cache", en.Name())
+		}
+	}
+	if st := stat(t, filepath.Join(dir, "timer-warm")); st.Nlink != 2 {
+		t.Errorf("the copy has %d links, want 2 (its name and the published one)", st.Nlink)
+	}
+}
