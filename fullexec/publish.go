@@ -111,6 +111,20 @@ func unpublish(d *os.File) {
 	}
 }
 
+// Unpublish removes the published name in dir and its note, for a cache
+// a lean run could not use (it ran the build from memory): a copy left
+// there could not verify itself, the directory being untrusted, nor learn
+// whom to hand over to. By path, since the directory may be one
+// OpenTrustedDir refuses: someone who can change a directory on the way
+// can at most have another file of these two names removed.
+func Unpublish(dir, name string) {
+	if dir == "" || publishable(name) != nil {
+		return
+	}
+	_ = os.Remove(filepath.Join(dir, name))
+	_ = os.Remove(filepath.Join(dir, PublishedPrefix+name))
+}
+
 // publishable: a plain name that the cache's clean-up (removeOthers) never
 // takes for an old build, a record, a marker or a temporary file.
 func publishable(name string) error {
