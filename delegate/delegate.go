@@ -179,21 +179,30 @@ func (f Full) Exec(cmd string, args []string, use Use) error {
 // missing, stale after a reboot, or left by the binary this one replaced
 // is set right within a minute, and the timer's copy hands over to this
 // binary until then. Best effort: a copy that is not right hands over.
+//
+// Where the cache cannot be used (the build runs from memory) the copy is
+// removed instead: it could not verify itself there, or find the binary
+// to hand over to, and the timer falls back to this binary only while the
+// copy is missing.
 func (f Full) publishWarm(exe *fullexec.Exe, stateDir string) {
-	if f.Warm == nil || !exe.Cached {
+	if f.Warm == nil {
 		return
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return
-	}
-	if f.Warm.Digest != f.Build.Digest {
+	if exe.Cached && f.Warm.Digest != f.Build.Digest {
 		warm, err := fullexec.Open(cacheDir(stateDir), *f.Warm)
 		if err != nil {
 			return
 		}
 		defer warm.Close()
 		exe = warm
+	}
+	if !exe.Cached {
+		fullexec.Unpublish(cacheDir(stateDir), WarmTimerName)
+		return
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return
 	}
 	_ = exe.Publish(WarmTimerName, self)
 }

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/eni-cni/eni-cni/fullexec"
 )
 
 // gc and warm cache the full build beside the state of the configuration
@@ -74,5 +76,42 @@ func TestDelegatedBuildsRunOnOneP(t *testing.T) {
 	chosen := []string{"GOMAXPROCS=4", "PATH=/bin"}
 	if got := oneP(chosen); len(got) != 2 || got[0] != "GOMAXPROCS=4" {
 		t.Errorf("the operator's GOMAXPROCS replaced: %q", got)
+	}
+}
+
+// A timer run whose cache cannot be used (here: a group-writable cache
+// directory; a noexec mount, a full disk) runs from memory and removes the
+// warm timer's copy: that copy cannot verify itself there nor find whom
+// to hand over to, and the timer's fallback to the binary runs only while
+// it is missing, so a copy left behind stops every warm pass.
+func TestUnusableCacheUnpublishesWarmTimer(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	bin := cacheDir(state)
+	if err := os.MkdirAll(bin, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{WarmTimerName, fullexec.PublishedPrefix + WarmTimerName} {
+		if err := os.WriteFile(filepath.Join(bin, n), []byte("published"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(bin, 0o770); err != nil {
+		t.Fatal(err)
+	}
+	b := fullexec.Build{Name: "ec2", Data: []byte("#!/bin/true\n"), Digest: strings.Repeat("ab", 32)}
+	f := Full{Build: b, Warm: &b}
+	exe, err := f.open(Cached, state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exe.Close()
+	if exe.Cached {
+		t.Fatal("a group-writable cache was used")
+	}
+	f.publishWarm(exe, state)
+	for _, n := range []string{WarmTimerName, fullexec.PublishedPrefix + WarmTimerName} {
+		if _, err := os.Lstat(filepath.Join(bin, n)); err == nil {
+			t.Errorf("%s left in a cache the binary could not use", n)
+		}
 	}
 }

@@ -196,10 +196,17 @@ func (v verifier) cachedIn(d *os.File, b Build, write bool) (*Exe, error) {
 	if err := unix.Fstatfs(int(d.Fd()), &fs); err != nil {
 		return nil, err
 	}
-	if fs.Flags&unix.ST_NOEXEC != 0 {
-		return nil, errors.New("mounted noexec")
-	}
-	if _, err := statAt(d, noExecMarker(b)); err == nil {
+	noexec := fs.Flags&unix.ST_NOEXEC != 0
+	if _, err := statAt(d, noExecMarker(b)); err == nil || noexec {
+		// A copy published before the mount became noexec: the timer
+		// could not run it, and runs the lean binary only while the name
+		// is missing (MarkNoExec's reason).
+		if write {
+			unpublish(d)
+		}
+		if noexec {
+			return nil, errors.New("mounted noexec")
+		}
 		return nil, errors.New("the kernel refused to run a copy here before")
 	}
 	f, err := v.openVerified(d, b, write)

@@ -29,6 +29,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv("FULLEXEC_NOEXEC_DIR"); dir != "" {
 		os.Exit(noexecChild(dir))
 	}
+	if dir := os.Getenv("FULLEXEC_REMOUNT_DIR"); dir != "" {
+		os.Exit(remountChild(dir))
+	}
 	os.Exit(m.Run())
 }
 

@@ -80,8 +80,12 @@ func (e *Exe) Publish(name, lean string) error {
 	if err := unix.Linkat(unix.AT_FDCWD, e.Path(), dfd, tmp, unix.AT_SYMLINK_FOLLOW); err != nil {
 		return fmt.Errorf("publish %s: link: %w", name, err)
 	}
-	if err := unix.Renameat(dfd, tmp, dfd, name); err != nil {
-		_ = unix.Unlinkat(dfd, tmp, 0)
+	err = unix.Renameat(dfd, tmp, dfd, name)
+	// Gone after a rename, except when name already was a link of the
+	// same file (a new note for the same copy, or two runs publishing at
+	// once): then rename(2) does nothing and succeeds.
+	_ = unix.Unlinkat(dfd, tmp, 0)
+	if err != nil {
 		return fmt.Errorf("publish %s: rename: %w", name, err)
 	}
 	_ = unix.Fsync(dfd)
@@ -110,6 +114,20 @@ func unpublish(d *os.File) {
 			_ = unix.Unlinkat(int(d.Fd()), n, 0)
 		}
 	}
+}
+
+// Unpublish removes the published name in dir and its note, for a cache
+// a lean run could not use (it ran the build from memory): a copy left
+// there could not verify itself, the directory being untrusted, nor learn
+// whom to hand over to. By path, since the directory may be one
+// OpenTrustedDir refuses: someone who can change a directory on the way
+// can at most have another file of these two names removed.
+func Unpublish(dir, name string) {
+	if dir == "" || publishable(name) != nil {
+		return
+	}
+	_ = os.Remove(filepath.Join(dir, name))
+	_ = os.Remove(filepath.Join(dir, PublishedPrefix+name))
 }
 
 // publishable: a plain name that the cache's clean-up (removeOthers) never

@@ -1,6 +1,8 @@
 package fullexec
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -246,5 +248,99 @@ func TestNoExecUnpublishes(t *testing.T) {
 		if _, err := os.Lstat(filepath.Join(dir, n)); err == nil {
 			t.Errorf("%s is still there after a refused exec", n)
 		}
+	}
+}
+
+// A cache whose mount became noexec after a copy was published (a remount,
+// a new fstab) unpublishes it on the next run that finds it so: the timer
+// cannot run the copy, and its fallback to the lean binary runs only while
+// the name is missing (ConditionPathExists=!), so a copy left there would
+// stop every warm pass. The remount is made in a private mount namespace
+// of a child (unshare).
+func TestNoexecRemountUnpublishes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount")
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("unshare (util-linux) not installed")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", self, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "FULLEXEC_REMOUNT_DIR="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "remount ok") {
+		t.Fatalf("child in its own mount namespace: %v\n%s", err, out)
+	}
+}
+
+// remountChild publishes a cached copy in dir, remounts dir noexec (in
+// the private namespace) and checks the next Open runs from memory and
+// leaves no published name.
+func remountChild(dir string) int {
+	fail := func(format string, args ...any) int {
+		fmt.Printf("remount failed: "+format+"\n", args...)
+		return 1
+	}
+	self, _ := os.Executable()
+	data, err := os.ReadFile(self)
+	if err != nil {
+		return fail("%v", err)
+	}
+	sum := sha256.Sum256(data)
+	b := Build{Data: data, Digest: hex.EncodeToString(sum[:])}
+	cache := filepath.Join(dir, "state", ".bin")
+	e, err := Open(cache, b)
+	if err != nil || !e.Cached {
+		return fail("open before the remount: cached %v, %v", e != nil && e.Cached, err)
+	}
+	if err := e.Publish("timer-warm", self); err != nil {
+		return fail("publish: %v", err)
+	}
+	e.Close()
+	if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+		return fail("bind: %v", err)
+	}
+	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOEXEC, ""); err != nil {
+		return fail("remount noexec: %v", err)
+	}
+	if e, err = Open(cache, b); err != nil || e.Cached {
+		return fail("open on the noexec mount: cached %v, %v", e != nil && e.Cached, err)
+	}
+	e.Close()
+	for _, n := range []string{"timer-warm", PublishedPrefix + "timer-warm"} {
+		if _, err := os.Lstat(filepath.Join(cache, n)); err == nil {
+			return fail("%s is still there on the noexec mount", n)
+		}
+	}
+	fmt.Println("remount ok")
+	return 0
+}
+
+// Publishing again the copy the name already holds, with a new note (the
+// lean binary ran from another path, or two lean runs published at once):
+// rename(2) of a link onto a link of the same file does nothing, so the
+// temporary link must be removed, not left as a third name of 45 MB.
+func TestRepublishLeavesNoTemporaryLink(t *testing.T) {
+	b, dir, h := settled(t)
+	e := h.open(t, dir, b)
+	for _, lean := range []string{leanBinary(t), leanBinary(t)} {
+		if err := e.Publish("timer-warm", lean); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, en := range entries {
+		if strings.HasPrefix(en.Name(), "."+filePrefix) {
+			t.Errorf("%s left in the cache", en.Name())
+		}
+	}
+	if st := stat(t, filepath.Join(dir, "timer-warm")); st.Nlink != 2 {
+		t.Errorf("the copy has %d links, want 2 (its name and the published one)", st.Nlink)
 	}
 }
