@@ -414,6 +414,14 @@ func TestMemorySealedAndCloseOnExec(t *testing.T) {
 // made in a private mount namespace of a child (unshare), so the host's
 // mount table never changes.
 func TestNoexecMount(t *testing.T) {
+	inPrivateMounts(t, "FULLEXEC_NOEXEC_DIR", "noexec ok")
+}
+
+// inPrivateMounts runs this test binary as a child in a private mount
+// namespace (unshare), with env set to a new directory, and wants ok in
+// what it prints: mounts made there never reach the host's table.
+func inPrivateMounts(t *testing.T, env, ok string) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to mount")
 	}
@@ -424,11 +432,10 @@ func TestNoexecMount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
 	cmd := exec.Command("unshare", "--mount", "--propagation", "private", self, "-test.run=^$")
-	cmd.Env = append(os.Environ(), "FULLEXEC_NOEXEC_DIR="+dir)
+	cmd.Env = append(os.Environ(), env+"="+t.TempDir())
 	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "noexec ok") {
+	if err != nil || !strings.Contains(string(out), ok) {
 		t.Fatalf("child in its own mount namespace: %v\n%s", err, out)
 	}
 }

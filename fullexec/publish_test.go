@@ -258,22 +258,7 @@ func TestNoExecUnpublishes(t *testing.T) {
 // stop every warm pass. The remount is made in a private mount namespace
 // of a child (unshare).
 func TestNoexecRemountUnpublishes(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount")
-	}
-	if _, err := exec.LookPath("unshare"); err != nil {
-		t.Skip("unshare (util-linux) not installed")
-	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("unshare", "--mount", "--propagation", "private", self, "-test.run=^$")
-	cmd.Env = append(os.Environ(), "FULLEXEC_REMOUNT_DIR="+t.TempDir())
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "remount ok") {
-		t.Fatalf("child in its own mount namespace: %v\n%s", err, out)
-	}
+	inPrivateMounts(t, "FULLEXEC_REMOUNT_DIR", "remount ok")
 }
 
 // remountChild publishes a cached copy in dir, remounts dir noexec (in
