@@ -94,17 +94,27 @@ func (r throttleRetryer) GetRetryToken(ctx context.Context, err error) (func(err
 // by the pass as it goes; 0 means 1.
 type pace struct{ bits atomic.Uint64 }
 
-// Pace factors: a node whose waiting pods outnumber its free addresses
-// retries 4 times as often as one with nothing; one that has all it needs
-// but a part starts its back-off up to 8 times as late (8 s, the 20 s
-// cap kept). Doubling at most (paceHaving 1) was too weak to order a
-// fleet: a node with its first ENI and one without still retried about
-// as often, and a thousand nodes finished their second ENIs among others'
-// first (p99 node 1.55-1.6 times the p50; 1.46-1.51 at 7, at 200 nodes
-// on buckets shrunk to them).
+// Pace factors. A node whose waiting pods outnumber its free addresses
+// retries 4 times as often as the unscaled back-off; any other node's
+// back-off starts 1+s times as late for the share s of its target it
+// holds (1.4 with the primary ENI's 14 of 35 addresses), and from about
+// 60 % on the node yields much harder: paceSpread^(2s-1), 3.5 with its
+// first ENI (28 of 35), up to paceSpread with all but a part; only the start of its back-off grows
+// (the 20 s cap kept, so a call still gives up within two minutes and a
+// yielding node leaves a refilled bucket unused for at most 20 s at the
+// end of a burst), and the pause between its throttled passes doubles
+// (paceOfPause). The earlier rule, 1 to 2 from nothing to all, set once a
+// call, ordered nothing once calls reached the cap and the pass's pause,
+// where most attempts are made: a node with its first ENI and one without
+// retried about as often, and a fleet finished second ENIs among others'
+// first (p99 node 1.55-1.6 times the p50 with minimumIPTarget 35). A floor
+// below 1 for the nodes with least (0.3: the primary ENI's addresses
+// alone retried at 0.66, its cap shrunk) ordered a fleet better still,
+// but its fresh nodes then fought the starved ones for the Assign bucket
+// and a third more ADDs failed in the defaults.
 const (
 	paceWaiting = 0.25
-	paceHaving  = 7 // 1 + paceHaving × the share of its target it has
+	paceSpread  = 8
 )
 
 // paceOf is the factor of a node holding have addresses, lacking need,
@@ -116,8 +126,16 @@ func paceOf(have, need int, starved bool) float64 {
 	if have+need <= 0 {
 		return 1
 	}
-	return 1 + paceHaving*float64(have)/float64(have+need)
+	s := float64(have) / float64(have+need)
+	return max(1+s, math.Pow(paceSpread, 2*s-1))
 }
+
+// paceOfPause is what a throttled pass at pace f records for the pause
+// before the next pass (section.PassOutcome.Pace): the ADDs' pause and
+// STATUS's for a node never filled scale with it, within ¼ to 2 times
+// (so at most a minute), so that between passes, too, a node with more
+// comes back later.
+func paceOfPause(f float64) float64 { return min(2, max(paceWaiting, f)) }
 
 func (p *pace) set(f float64) { p.bits.Store(math.Float64bits(f)) }
 

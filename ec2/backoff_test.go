@@ -154,7 +154,8 @@ func TestPaceOrdersNodes(t *testing.T) {
 // Attach is throttled yields from that attempt on; and under the
 // steepened pace a node with its first ENI retries several times less
 // often than one without (first ENIs before second ones across a fleet),
-// while a yielding call still keeps the 20 s cap.
+// and pauses longer between throttled passes, while a yielding call still
+// keeps the 20 s cap and a pause at most doubles.
 func TestPaceRoundRobin(t *testing.T) {
 	var p pace
 	p.set(paceOf(14, 21, false)) // the primary ENI's addresses, no ENI yet
@@ -168,8 +169,12 @@ func TestPaceRoundRobin(t *testing.T) {
 	if after < 3*before/2 {
 		t.Errorf("first retry %v before the ENI was recorded, %v after: want the same call to yield harder", before, after)
 	}
-	if first, second := paceOf(14, 21, false), paceOf(28, 7, false); second/first < 1.5 {
-		t.Errorf("paces %v (no ENI) and %v (one ENI): want the second at least 1.5 times the first", first, second)
+	first, second := paceOf(14, 21, false), paceOf(28, 7, false)
+	if second/first < 2 {
+		t.Errorf("paces %v (no ENI) and %v (one ENI): want the second at least twice the first", first, second)
+	}
+	if a, b := paceOfPause(first), paceOfPause(second); a >= b || b > 2 || paceOfPause(paceOf(35, 0, false)) != 2 {
+		t.Errorf("pause paces %v (no ENI), %v (one ENI): want rising, at most 2", a, b)
 	}
 	if d, _ := r.RetryDelay(throttleAttempts, throttleErr()); d > DefaultBackoff.Cap {
 		t.Errorf("a yielding call's last retry waits %v, above the cap %v", d, DefaultBackoff.Cap)
