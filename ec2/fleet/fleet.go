@@ -168,7 +168,7 @@ func (o *Options) defaults() {
 		o.Scale = 1
 	}
 	if o.AddWait == 0 {
-		o.AddWait = 25 * time.Second
+		o.AddWait = 110 * time.Second // the config's default (netconf)
 	}
 	if o.Retry == 0 {
 		o.Retry = 10 * time.Second

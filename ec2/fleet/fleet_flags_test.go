@@ -22,7 +22,7 @@ import (
 var (
 	fleetNodes   = flag.Int("fleet.nodes", 0, "TestFleet: nodes launched at once (0 skips it)")
 	fleetPods    = flag.Int("fleet.pods", 30, "TestFleet: pods per node")
-	fleetAddWait = flag.Duration("fleet.add-wait", 25*time.Second, "TestFleet: each ADD's wait on a dry pool (addWaitSeconds)")
+	fleetAddWait = flag.Duration("fleet.add-wait", 110*time.Second, "TestFleet: each ADD's wait on a dry pool (addWaitSeconds)")
 	fleetJSON    = flag.String("fleet.json", "", "TestFleet: also write the reports here, as JSON (make bench reads them)")
 	fleetTrace   = flag.Int("fleet.trace", 0, "TestFleet: print the EC2 timelines of this many of the nodes done last, and when the nodes' first, second, ... calls of each action got through")
 	fleetShrunk  = flag.Bool("fleet.shrunk", false, "TestFleet: the account's buckets shrunk to -fleet.nodes/1000 (sizes and refills), so that a smaller fleet meets them as 1,000 nodes meet the account's")
