@@ -132,10 +132,12 @@ func paceOf(have, need int, starved bool) float64 {
 
 // paceOfPause is what a throttled pass at pace f records for the pause
 // before the next pass (section.PassOutcome.Pace): the ADDs' pause and
-// STATUS's for a node never filled scale with it, within ¼ to 2 times
-// (so at most a minute), so that between passes, too, a node with more
-// comes back later.
-func paceOfPause(f float64) float64 { return min(2, max(paceWaiting, f)) }
+// STATUS's for a node never filled scale with it, 1 to 2 times (so at
+// most a minute), so that between passes, too, a node with more comes
+// back later. Never shorter: the pause after each throttled pass is what
+// keeps a node's waiting ADDs from starting a pass into the empty bucket
+// every few seconds.
+func paceOfPause(f float64) float64 { return min(2, max(1, f)) }
 
 func (p *pace) set(f float64) { p.bits.Store(math.Float64bits(f)) }
 

@@ -173,8 +173,8 @@ func TestPaceRoundRobin(t *testing.T) {
 	if second/first < 2 {
 		t.Errorf("paces %v (no ENI) and %v (one ENI): want the second at least twice the first", first, second)
 	}
-	if a, b := paceOfPause(first), paceOfPause(second); a >= b || b > 2 || paceOfPause(paceOf(35, 0, false)) != 2 {
-		t.Errorf("pause paces %v (no ENI), %v (one ENI): want rising, at most 2", a, b)
+	if a, b := paceOfPause(first), paceOfPause(second); a >= b || b > 2 || paceOfPause(paceOf(35, 0, false)) != 2 || paceOfPause(paceWaiting) != 1 {
+		t.Errorf("pause paces %v (no ENI), %v (one ENI): want rising from 1 (a starved node's), at most 2", a, b)
 	}
 	if d, _ := r.RetryDelay(throttleAttempts, throttleErr()); d > DefaultBackoff.Cap {
 		t.Errorf("a yielding call's last retry waits %v, above the cap %v", d, DefaultBackoff.Cap)
