@@ -144,10 +144,44 @@ func TestPaceOrdersNodes(t *testing.T) {
 		t.Errorf("zero pace %v, want 1", p.factor())
 	}
 	p.set(paceWaiting)
+	if b := p.scale(DefaultBackoff); b != (Backoff{Base: 250 * time.Millisecond, Cap: 5 * time.Second}) {
+		t.Errorf("back-off at pace %v: %+v", paceWaiting, b)
+	}
+}
+
+// TestPaceRoundRobin: the pace is read at each retry, not at the call's
+// start, so a node that records its first ENI while its second one's
+// Attach is throttled yields from that attempt on; and under the
+// steepened pace a node with its first ENI retries several times less
+// often than one without (first ENIs before second ones across a fleet),
+// and pauses longer between throttled passes, while a yielding call still
+// keeps the 20 s cap and a pause at most doubles.
+func TestPaceRoundRobin(t *testing.T) {
+	var p pace
+	p.set(paceOf(14, 21, false)) // the primary ENI's addresses, no ENI yet
 	o := ec2.Options{Retryer: NewRetryer(DefaultBackoff)}
 	p.option(&o)
-	if b := o.Retryer.(throttleRetryer).b; b != (Backoff{Base: 250 * time.Millisecond, Cap: 5 * time.Second}) {
-		t.Errorf("back-off at pace %v: %+v", paceWaiting, b)
+	r := o.Retryer.(throttleRetryer)
+	r.rnd = func() float64 { return 0.999999 }
+	before, _ := r.RetryDelay(1, throttleErr())
+	p.set(paceOf(28, 7, false)) // the batch's first ENI recorded
+	after, _ := r.RetryDelay(1, throttleErr())
+	if after < 3*before/2 {
+		t.Errorf("first retry %v before the ENI was recorded, %v after: want the same call to yield harder", before, after)
+	}
+	first, second := paceOf(14, 21, false), paceOf(28, 7, false)
+	if second/first < 2 {
+		t.Errorf("paces %v (no ENI) and %v (one ENI): want the second at least twice the first", first, second)
+	}
+	if a, b := paceOfPause(first), paceOfPause(second); a >= b || b > 2 || paceOfPause(paceOf(35, 0, false)) != 2 || paceOfPause(paceWaiting) != 1 {
+		t.Errorf("pause paces %v (no ENI), %v (one ENI): want rising from 1 (a starved node's), at most 2", a, b)
+	}
+	if d, _ := r.RetryDelay(throttleAttempts, throttleErr()); d > DefaultBackoff.Cap {
+		t.Errorf("a yielding call's last retry waits %v, above the cap %v", d, DefaultBackoff.Cap)
+	}
+	p.set(paceOf(5, 30, true)) // pods wait
+	if d, _ := r.RetryDelay(throttleAttempts, throttleErr()); d > DefaultBackoff.Cap/4 {
+		t.Errorf("a starved node's last retry waits %v, want at most %v", d, DefaultBackoff.Cap/4)
 	}
 }
 

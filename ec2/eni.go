@@ -192,6 +192,9 @@ func (w *Warmer) createENI(ctx context.Context, src *section.EC2, shared ec2.Cre
 	// for these addresses take them meanwhile.
 	w.recorded()
 	w.flushWake()
+	if v, err := w.snapshot(ctx); err == nil {
+		w.repace(v, w.need(v))
+	}
 	return createResult{err: setupErr}
 }
 

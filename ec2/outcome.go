@@ -35,6 +35,7 @@ func (w *Warmer) markStarted(ctx context.Context) error {
 func (w *Warmer) recordOutcome(ctx context.Context, short bool, passErr error) error {
 	now := w.now()
 	o := section.PassOutcome{At: now.UTC(), Result: classify(short, passErr)}
+	w.pacePause(&o)
 	if passErr != nil {
 		o.Message = passErr.Error()
 		o.Message = section.TruncateOutcome(o.Message)
@@ -68,6 +69,14 @@ func (w *Warmer) Failed(ctx context.Context, passErr error) error {
 	return errors.Join(w.recordGrowth(ctx, false, passErr), w.recordOutcome(ctx, false, passErr))
 }
 
+// pacePause records, in a throttled pass's outcome, the pace the pause
+// before the next pass follows (paceOfPause).
+func (w *Warmer) pacePause(o *section.PassOutcome) {
+	if o.Result == section.PassThrottled {
+		o.Pace = paceOfPause(w.pace.factor())
+	}
+}
+
 // recordGrowth saves how the pass's attempt to grow the pool ended (err:
 // the failure that stopped it before the pool reached its targets), for
 // STATUS with readyWhenFilled: the boot is filled when it reached them, or as far as the
@@ -79,6 +88,7 @@ func (w *Warmer) recordGrowth(ctx context.Context, short bool, err error) error 
 		return nil // nobody reads it
 	}
 	o := section.PassOutcome{At: w.now().UTC(), Result: classify(short, err), Boot: w.Mgr.BootID}
+	w.pacePause(&o)
 	if err != nil {
 		o.Message = section.TruncateOutcome(err.Error())
 	}

@@ -397,7 +397,7 @@ func (w *Warmer) fill4(ctx context.Context) (short bool, err error) {
 		if need == 0 {
 			return false, nil
 		}
-		w.pace.set(paceOf(v.counts.Total, need, v.st.Waiting(w.now()) > v.counts.Free))
+		w.repace(v, need)
 		if e, room := w.roomyENI(v.src); room > 0 {
 			err := w.assign(ctx, e, need, room)
 			if custom && subnetFull(err) {
@@ -430,6 +430,13 @@ func (w *Warmer) fill4(ctx context.Context) (short bool, err error) {
 		}
 	}
 	return false, nil
+}
+
+// repace sets the pass's pace from what the node has and lacks (v, need),
+// at each round of the fill and after each ENI a batch records: a node
+// yields harder the moment it holds more.
+func (w *Warmer) repace(v *view, need int) {
+	w.pace.set(paceOf(v.counts.Total, need, v.st.Waiting(w.now()) > v.counts.Free))
 }
 
 // slots is how many secondary addresses or prefixes one ENI takes.

@@ -537,12 +537,17 @@ const (
 // with twice its runtimeRequestTimeout (2 min by default, so 4 min:
 // k8s.io/cri-client remote_runtime.go, kubelet config defaults.go) and
 // containerd runs CNI ADD under that request's context with no timeout of
-// its own (internal/cri/server/sandbox_run.go, setupPodNetwork). 25 s
-// covers a warm pass that creates and attaches ENIs (a few seconds each
-// on EC2) and leaves room for the pause container after it; maxAddWait
-// keeps the wait well inside the 4 minutes.
+// its own (internal/cri/server/sandbox_run.go, setupPodNetwork). 110 s
+// fits inside kubelet's runtimeRequestTimeout itself (2 min), with 10 s
+// left for the pause container after it, and covers what a node of a
+// fleet-wide scale-up waits for the account's throttled buckets: 25 s,
+// enough for one warm pass that creates and attaches ENIs (a few seconds
+// each on EC2), failed 14,000-24,000 ADDs of 1,000 new nodes' 30,000 pods
+// (each retried by kubelet after its back-off); 110 s failed a few
+// hundred (docs/scale.md). maxAddWait keeps the wait well inside the 4
+// minutes.
 const (
-	defaultAddWait = 25 * time.Second
+	defaultAddWait = 110 * time.Second
 	maxAddWait     = alloc.MaxDemandWait
 )
 

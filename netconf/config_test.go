@@ -116,7 +116,7 @@ func TestParseConfigAddWait(t *testing.T) {
 		conf string
 		want time.Duration
 	}{
-		{`{"name":"pods"}`, 25 * time.Second},
+		{`{"name":"pods"}`, 110 * time.Second},
 		{`{"name":"pods","pool":{"addWaitSeconds":40}}`, 40 * time.Second},
 		{`{"name":"pods","addWaitSeconds":12.5}`, 12500 * time.Millisecond},
 		{`{"name":"pods","addWaitSeconds":30,"pool":{"addWaitSeconds":0}}`, 0},

@@ -43,6 +43,8 @@ type Options struct {
 	// smaller fleet meets shrunk ones (Throttling.Shrunk) as 1,000 nodes
 	// meet the account's.
 	Throttling *ec2fake.Throttling
+	// Trace records each node's EC2 attempts (Report.Timelines).
+	Trace bool
 }
 
 // throttling is the run's buckets, full.
@@ -81,6 +83,8 @@ type Report struct {
 	// not the packages in one process.
 	Processes bool
 	Real      time.Duration // the run's wall time
+	// Timelines is each node's EC2 attempts, with Options.Trace.
+	Timelines []Timeline `json:"-"`
 }
 
 // addNode records one node's outcome: when it was Ready, when its last
@@ -164,7 +168,7 @@ func (o *Options) defaults() {
 		o.Scale = 1
 	}
 	if o.AddWait == 0 {
-		o.AddWait = 25 * time.Second
+		o.AddWait = 110 * time.Second // the config's default (netconf)
 	}
 	if o.Retry == 0 {
 		o.Retry = 10 * time.Second
@@ -262,6 +266,9 @@ func run(ctx context.Context, o Options, c *vclock, netw network, virtual bool) 
 			defer mu.Unlock()
 			r.SentUnready += unready
 			r.addNode(ready, done, unserved, failed)
+			if n.trace != nil {
+				r.Timelines = append(r.Timelines, n.timeline(ready, done))
+			}
 		}()
 	}
 	wg.Wait()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"os/signal"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/eni-cni/eni-cni/ec2/ec2fake"
 	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
@@ -20,8 +22,10 @@ import (
 var (
 	fleetNodes   = flag.Int("fleet.nodes", 0, "TestFleet: nodes launched at once (0 skips it)")
 	fleetPods    = flag.Int("fleet.pods", 30, "TestFleet: pods per node")
-	fleetAddWait = flag.Duration("fleet.add-wait", 25*time.Second, "TestFleet: each ADD's wait on a dry pool (addWaitSeconds)")
+	fleetAddWait = flag.Duration("fleet.add-wait", 110*time.Second, "TestFleet: each ADD's wait on a dry pool (addWaitSeconds)")
 	fleetJSON    = flag.String("fleet.json", "", "TestFleet: also write the reports here, as JSON (make bench reads them)")
+	fleetTrace   = flag.Int("fleet.trace", 0, "TestFleet: print the EC2 timelines of this many of the nodes done last, and when the nodes' first, second, ... calls of each action got through")
+	fleetShrunk  = flag.Bool("fleet.shrunk", false, "TestFleet: the account's buckets shrunk to -fleet.nodes/1000 (sizes and refills), so that a smaller fleet meets them as 1,000 nodes meet the account's")
 	fleetConfigs = flag.String("fleet.configs", "secondary,prefix,template,ungated,ipamd", "TestFleet: configurations to run (ungated: secondary addresses without the readiness gate; minimum, prefix-minimum: secondary addresses or prefix delegation with minimumIPTarget = pods + 5)")
 )
 
@@ -36,7 +40,11 @@ func TestFleet(t *testing.T) {
 	}
 	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDFLEET")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "fleet")
-	base := Options{Nodes: *fleetNodes, PodsPerNode: *fleetPods, AddWait: *fleetAddWait, Gate: true, Warm: section.WarmConfig{WarmIPTarget: 5}}
+	base := Options{Nodes: *fleetNodes, PodsPerNode: *fleetPods, AddWait: *fleetAddWait, Gate: true, Warm: section.WarmConfig{WarmIPTarget: 5}, Trace: *fleetTrace > 0}
+	if *fleetShrunk {
+		k := float64(*fleetNodes) / 1000
+		base.Throttling = ptr(ec2fake.AccountThrottling().Shrunk(k, k))
+	}
 	pd := base
 	pd.Warm.PrefixDelegation = true
 	lt := pd
@@ -77,6 +85,17 @@ func TestFleet(t *testing.T) {
 	}
 	t.Logf("scale-up on virtual time: %d nodes × %d pods at once, m5.xlarge, warmIPTarget 5, addWaitSeconds %v\n%s",
 		*fleetNodes, *fleetPods, fleetAddWait.Seconds(), Table(rs))
+	for _, r := range rs {
+		if len(r.Timelines) == 0 {
+			continue
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s: when the nodes' k-th call got through\n%s", name(r), r.Ordinals())
+		for _, tl := range r.Slowest(*fleetTrace) {
+			fmt.Fprintf(&b, "  %s\n", tl)
+		}
+		t.Log(b.String())
+	}
 }
 
 // `make fleet-real` runs TestFleetReal with these.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sync"
 	"time"
 
@@ -41,6 +42,8 @@ type node struct {
 	// before it closes the world.
 	life   context.Context
 	passes sync.WaitGroup
+	id     int
+	trace  *tracer // with Options.Trace
 }
 
 // site is where the nodes run: the world, how they reach it, and a
@@ -73,6 +76,9 @@ func launch(s site, o Options, c *vclock, i int) (*node, error) {
 	n, err := launchOn(s, o, c.now, c.real, i)
 	if n != nil {
 		n.clock = c
+		if n.trace != nil {
+			n.trace.since = func() time.Duration { return c.now().Sub(c.origin) }
+		}
 	}
 	return n, err
 }
@@ -97,7 +103,10 @@ func launchOn(s site, o Options, now func() time.Time, real func(time.Duration) 
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, err
 	}
-	n := &node{o: o, life: context.Background()}
+	n := &node{o: o, life: context.Background(), id: i}
+	if o.Trace {
+		n.trace = &tracer{since: func() time.Duration { return 0 }}
+	}
 	n.mgr = &alloc.Manager{Store: scaledStore{Store: allocfake.NewStore(), real: real, dir: dir, memo: &decoded{}}, Pool: alloc.StoredPool{}, BootID: "boot", Cooldown: 30 * time.Second, Now: now}
 	n.cfg = &netconf.Config{Network: "pods", Provider: netconf.EC2, StateDir: dir, IMDSEndpoint: imdsURL, EC2Endpoint: s.ec2URL, AddWait: o.AddWait, Warm: o.Warm}
 	// A few connections per node and client: a thousand nodes in one
@@ -107,6 +116,9 @@ func launchOn(s site, o Options, now func() time.Time, real func(time.Duration) 
 	retry := ec2pkg.Backoff{Base: real(ec2pkg.DefaultBackoff.Base), Cap: real(ec2pkg.DefaultBackoff.Cap)}
 	api := ec2pkg.NewAPI(s.ec2URL, "us-east-1", md, func(eo *ec2.Options) {
 		eo.Retryer, eo.HTTPClient = ec2pkg.NewRetryer(retry), s.netw.client(4)
+		if n.trace != nil {
+			eo.APIOptions = append(eo.APIOptions, n.trace.option)
+		}
 	})
 	n.w = &ec2pkg.Warmer{Mgr: n.mgr, API: api, MD: md, Host: nopHost{}, Cfg: o.Warm, Out: io.Discard, Now: now, Spread: true, Throttles: &ec2pkg.MemThrottles{}}
 	n.add = provider.EC2{Cfg: n.cfg, Mgr: n.mgr, Full: nodeIMDS{md: md, now: now}, Warm: n, Now: now, Alive: func(int) bool { return true }}
@@ -141,6 +153,13 @@ func (n *node) idle() int {
 		return 0
 	}
 	return c.Free + c.Cooling
+}
+
+// timeline is the node's EC2 attempts (Options.Trace).
+func (n *node) timeline(ready, done time.Duration) Timeline {
+	n.trace.mu.Lock()
+	defer n.trace.mu.Unlock()
+	return Timeline{Node: n.id, Ready: ready, Done: done, Calls: slices.Clone(n.trace.calls)}
 }
 
 func (n *node) passErrors() int {

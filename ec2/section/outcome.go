@@ -46,6 +46,10 @@ type PassOutcome struct {
 	Streak int `json:"streak,omitempty"`
 	// Boot is the boot the pass ran in (Growth only).
 	Boot string `json:"boot,omitempty"`
+	// Pace scales the pause after a throttled pass (¼ to 2; 0 is 1): the
+	// pass's pace (ec2's backoff.go), so that a node holding less of its
+	// target comes back sooner than one holding more.
+	Pace float64 `json:"pace,omitempty"`
 }
 
 // Failed reports whether the pass could not do its work for a reason that
@@ -104,6 +108,9 @@ func (o *PassOutcome) Pause(instanceID string) time.Duration {
 	d := ThrottledCap
 	if n := max(o.Streak, 1); n < 8 {
 		d = min(ThrottledCap, ThrottledBase<<(n-1))
+	}
+	if o.Pace > 0 {
+		d = time.Duration(float64(d) * min(2, max(0.25, o.Pace)))
 	}
 	h := fnv.New32a()
 	fmt.Fprintf(h, "%s/%d", instanceID, o.Streak)

@@ -119,3 +119,33 @@ func TestValidate(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestPauseFollowsPace: the pause after a throttled pass scales with the
+// pace the pass recorded, within ¼ to 2 times: a node with less of its
+// target comes back sooner than one with more, and a hand-edited pace
+// cannot stretch the pause past a minute.
+func TestPauseFollowsPace(t *testing.T) {
+	at := time.Date(2026, 1, 1, 8, 0, 0, 0, time.UTC)
+	pause := func(pace float64) time.Duration {
+		return (&PassOutcome{At: at, Result: PassThrottled, Streak: 8, Pace: pace}).Pause("i-0123")
+	}
+	unpaced := pause(0)
+	if unpaced < ThrottledCap/2 || unpaced > ThrottledCap {
+		t.Fatalf("pause %v without a pace, want %v to %v", unpaced, ThrottledCap/2, ThrottledCap)
+	}
+	if got := pause(1); got != unpaced {
+		t.Errorf("pause %v at pace 1, want %v", got, unpaced)
+	}
+	if lo, hi := pause(0.3), pause(2); lo >= unpaced || hi <= unpaced || hi > 2*ThrottledCap {
+		t.Errorf("pauses %v (pace 0.3), %v (unpaced), %v (pace 2): want rising, at most %v", lo, unpaced, hi, 2*ThrottledCap)
+	}
+	if got := pause(100); got != pause(2) {
+		t.Errorf("pause %v at pace 100, want the cap's %v", got, pause(2))
+	}
+	if got := pause(0.01); got != pause(0.25) {
+		t.Errorf("pause %v at pace 0.01, want the floor's %v", got, pause(0.25))
+	}
+	if (&PassOutcome{At: at, Result: PassDone, Pace: 2}).Pause("i-0123") != 0 {
+		t.Error("a pass that was not throttled pauses")
+	}
+}

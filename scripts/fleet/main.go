@@ -21,7 +21,7 @@ func main() {
 	nodes := flag.Int("nodes", 1000, "nodes launched at once")
 	pods := flag.Int("pods", 30, "pods per node")
 	scale := flag.Float64("scale", 20, "virtual seconds per real second")
-	addWait := flag.Duration("add-wait", 25*time.Second, "each ADD's wait on a dry pool (addWaitSeconds)")
+	addWait := flag.Duration("add-wait", 110*time.Second, "each ADD's wait on a dry pool (addWaitSeconds)")
 	only := flag.String("configs", "secondary,prefix,template,ipamd,steady", "which configurations and scenarios to run")
 	steadyNodes := flag.Int("steady-nodes", 0, "nodes of the steady state (default: -nodes)")
 	steadyHours := flag.Int("steady-hours", 24, "hours of steady state, after the first")
