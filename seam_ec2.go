@@ -14,10 +14,9 @@ import (
 )
 
 // The ec2 build is the full build without the commands that need the CRI
-// client or D-Bus (gc, repair, doctor, install, uninstall): what the EC2
-// pool runs on every timer tick and on a dry pool's ADD (delegate.For: EC2). It
-// starts in a few milliseconds less than the full build, which initialises
-// grpc, protobuf and cri-api's descriptors on every exec.
+// client or D-Bus (gc, repair, doctor, install, uninstall): what the EC2 pool
+// runs on every timer tick and a dry pool's ADD (delegate.For: EC2), starting
+// milliseconds sooner than the full build, which initialises grpc and cri-api.
 
 // errNotInEC2Build: a command the lean build sends to the full build.
 var errNotInEC2Build = errors.New("not in the ec2 build")
@@ -27,8 +26,7 @@ func full() provider.Full { return ec2.InProcess{} }
 
 // runFull runs a command delegate.For sends to the ec2 build, in this process.
 func runFull(cmd string, _ delegate.Use, args []string, stdout, stderr io.Writer) error {
-	// The warm timer runs this build's published copy directly: it runs
-	// warm once it has proved itself, and nothing else.
+	// The warm timer's published copy runs warm once it proved itself.
 	if run, err := delegate.AsWarmTimer(cmd, stderr); !run {
 		return err
 	}

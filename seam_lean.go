@@ -41,15 +41,11 @@ var ec2Digest string
 func embedded(cmd string) delegate.Full {
 	ec2B := fullexec.Build{Name: "ec2", Data: ec2Binary, Digest: strings.TrimSpace(ec2Digest)}
 	fullB := fullexec.Build{Name: "full", Data: fullBinary, Digest: strings.TrimSpace(fullDigest)}
-	warm := ec2B
+	ec2B.Siblings, fullB.Siblings = []fullexec.Build{fullB}, []fullexec.Build{ec2B}
 	if to, _ := delegate.For(cmd); to.EC2 {
-		ec2B.Siblings = []fullexec.Build{fullB}
-		warm.Siblings = ec2B.Siblings
-		return delegate.Full{Build: ec2B, Warm: &warm}
+		return delegate.Full{Build: ec2B, Warm: &ec2B}
 	}
-	fullB.Siblings = []fullexec.Build{ec2B}
-	warm.Siblings = []fullexec.Build{fullB}
-	return delegate.Full{Build: fullB, Warm: &warm}
+	return delegate.Full{Build: fullB, Warm: &ec2B}
 }
 
 // full serves the EC2 provider's IMDS reads and warm command through the
