@@ -7,9 +7,6 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
-
-	"github.com/eni-cni/eni-cni/ec2/ec2fake"
 )
 
 // TestEC2DualStackPod: a dual-stack network on the ec2 pool, through the
@@ -19,15 +16,7 @@ import (
 // both families; CHECK passes; DEL frees both and leaves nothing on the
 // node.
 func TestEC2DualStackPod(t *testing.T) {
-	en := newEC2Node(t, ec2fake.Config{Subnets: []ec2fake.SubnetConfig{{CIDR: ec2SubnetCIDR, IPv6CIDR: "2600:1f18:abcd:1200::/64"}}})
-	en.primaryLink(t)
-	lo, err := en.h.LinkByName("lo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := en.h.AddrAdd(lo, &netlink.Addr{IPNet: netlink.NewIPNet(nodeAddr6.AsSlice()), Flags: unix.IFA_F_NODAD}); err != nil {
-		t.Fatalf("add %s to node lo: %v", nodeAddr6, err)
-	}
+	en := newEC2Node6(t)
 	nw := newEC2Network(t, en, "1.1.0", nil, map[string]any{"ipFamilies": []string{"ipv6", "ipv4"}})
 	nw.mustWarm(t)
 	primary, _ := en.fake.ENI(en.fake.PrimaryENI().ID)
@@ -42,7 +31,7 @@ func TestEC2DualStackPod(t *testing.T) {
 		t.Fatalf("ADD gave %v, want an address of %s then one of the secondary addresses %v", ips, prefix, primary.SecondaryIPs)
 	}
 	assertFamiliesWired(t, en.node, ips, hostVethOf(t, res))
-	err = flows(t, en.node, p, ips)
+	err := flows(t, en.node, p, ips)
 	for try := 0; err != nil && try < 3; try++ {
 		t.Logf("try %d: %v", try+1, err)
 		time.Sleep(500 * time.Millisecond)
@@ -75,15 +64,7 @@ func TestEC2DualStackPod(t *testing.T) {
 // IPv6 address, of the primary ENI's /80, is routed by the main table, and
 // the node reaches it in both families.
 func TestEC2DualStackPodOnSecondaryENI(t *testing.T) {
-	en := newEC2Node(t, ec2fake.Config{Subnets: []ec2fake.SubnetConfig{{CIDR: ec2SubnetCIDR, IPv6CIDR: "2600:1f18:abcd:1200::/64"}}})
-	en.primaryLink(t)
-	lo, err := en.h.LinkByName("lo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := en.h.AddrAdd(lo, &netlink.Addr{IPNet: netlink.NewIPNet(nodeAddr6.AsSlice()), Flags: unix.IFA_F_NODAD}); err != nil {
-		t.Fatalf("add %s to node lo: %v", nodeAddr6, err)
-	}
+	en := newEC2Node6(t)
 	nw := newEC2Network(t, en, "1.1.0", map[string]any{"warmIPTarget": 7}, map[string]any{"ipFamilies": []string{"ipv4", "ipv6"}})
 	// The primary ENI's slots, then a created ENI for the rest, whose link
 	// "the hypervisor" adds.

@@ -11,13 +11,15 @@ import (
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
 )
 
-// TestEC2IPv6Pod: a network of IPv6 on the ec2 pool, through the binary
-// and the fake EC2 world over its wire protocol. warm delegates one /80
-// to the primary ENI (one AssignIpv6Addresses call), ADD gives the pod an
-// address of it, node and pod ping each other over IPv6, and a second
-// warm asks EC2 for nothing.
-func TestEC2IPv6Pod(t *testing.T) {
-	en := newEC2Node(t, ec2fake.Config{Subnets: []ec2fake.SubnetConfig{{CIDR: ec2SubnetCIDR, IPv6CIDR: "2600:1f18:abcd:1200::/64"}}})
+// ec2SubnetCIDR6 is the IPv6 block of the fake's subnet in the IPv6 and
+// dual-stack tests.
+const ec2SubnetCIDR6 = "2600:1f18:abcd:1200::/64"
+
+// newEC2Node6 is newEC2Node on a subnet with an IPv6 block, the primary
+// ENI's link up and the node's IPv6 address on lo.
+func newEC2Node6(t *testing.T) *ec2Node {
+	t.Helper()
+	en := newEC2Node(t, ec2fake.Config{Subnets: []ec2fake.SubnetConfig{{CIDR: ec2SubnetCIDR, IPv6CIDR: ec2SubnetCIDR6}}})
 	en.primaryLink(t)
 	lo, err := en.h.LinkByName("lo")
 	if err != nil {
@@ -26,6 +28,16 @@ func TestEC2IPv6Pod(t *testing.T) {
 	if err := en.h.AddrAdd(lo, &netlink.Addr{IPNet: netlink.NewIPNet(nodeAddr6.AsSlice()), Flags: unix.IFA_F_NODAD}); err != nil {
 		t.Fatalf("add %s to node lo: %v", nodeAddr6, err)
 	}
+	return en
+}
+
+// TestEC2IPv6Pod: a network of IPv6 on the ec2 pool, through the binary
+// and the fake EC2 world over its wire protocol. warm delegates one /80
+// to the primary ENI (one AssignIpv6Addresses call), ADD gives the pod an
+// address of it, node and pod ping each other over IPv6, and a second
+// warm asks EC2 for nothing.
+func TestEC2IPv6Pod(t *testing.T) {
+	en := newEC2Node6(t)
 	nw := newEC2Network(t, en, "1.1.0", nil, map[string]any{"ipFamilies": []string{"ipv6"}})
 	nw.mustWarm(t)
 	primary, _ := en.fake.ENI(en.fake.PrimaryENI().ID)
@@ -60,7 +72,7 @@ func TestEC2IPv6Pod(t *testing.T) {
 // yet wait for the warm pass one of them starts, which delegates the /80
 // with one AssignIpv6Addresses call, and all get distinct addresses of it.
 func TestEC2IPv6DryPool(t *testing.T) {
-	en := newDryNode(t, ec2fake.Config{Subnets: []ec2fake.SubnetConfig{{CIDR: ec2SubnetCIDR, IPv6CIDR: "2600:1f18:abcd:1200::/64"}}})
+	en := newDryNode(t, ec2fake.Config{Subnets: []ec2fake.SubnetConfig{{CIDR: ec2SubnetCIDR, IPv6CIDR: ec2SubnetCIDR6}}})
 	nw := newDryNetwork(t, en, nil)
 	nw.setConf(t, func(c map[string]any) { c["ipFamilies"] = []string{"ipv6"} })
 	pods := newPods(t, 6)
