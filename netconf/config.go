@@ -543,8 +543,8 @@ const (
 // fleet-wide scale-up waits for the account's throttled buckets: 25 s,
 // enough for one warm pass that creates and attaches ENIs (a few seconds
 // each on EC2), failed 14,000-24,000 ADDs of 1,000 new nodes' 30,000 pods
-// (each retried by kubelet after its back-off); 110 s failed a few
-// hundred (docs/scale.md). maxAddWait keeps the wait well inside the 4
+// (each retried by kubelet after its back-off); 110 s failed 1,699
+// (docs/scale.md). maxAddWait keeps the wait well inside the 4
 // minutes.
 const (
 	defaultAddWait = 110 * time.Second
