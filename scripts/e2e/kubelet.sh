@@ -763,6 +763,11 @@ ec2_teardown() {
 	[ -z "$WARM_PID" ] || { wait "$WARM_PID" 2>/dev/null || true; WARM_PID=; }
 	[ -z "$WATCH_PID" ] || { wait "$WATCH_PID" 2>/dev/null || true; WATCH_PID=; }
 	[ -z "$FAKE_PID" ] || { _e2e_kill_wait "$FAKE_PID" 5; FAKE_PID=; }
+	# A warm pass an ADD or STATUS started runs in a session of its own and
+	# may outlive kubelet and containerd: it would write into the state
+	# directory while the run directory is removed.
+	local p
+	for p in $(ip netns pids "$EC2_NODE" 2>/dev/null); do _e2e_kill_wait "$p" 5; done
 	ip netns del "$EC2_NODE" 2>/dev/null || true
 	ip netns del "$EC2_VPC" 2>/dev/null || true
 	rm -rf "$EC2_WORK"
