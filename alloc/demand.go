@@ -52,6 +52,18 @@ func (s *State) Waiting(now time.Time) int {
 	return n
 }
 
+// OldestWaiting is when the longest-waiting ADD in force at now began to
+// wait (zero when none waits).
+func (s *State) OldestWaiting(now time.Time) time.Time {
+	var oldest time.Time
+	for _, d := range s.Demands {
+		if d.Live(now) && s.Find(d.Key) < 0 && (oldest.IsZero() || d.Since.Before(oldest)) {
+			oldest = d.Since
+		}
+	}
+	return oldest
+}
+
 // pruneDemands drops demands no longer in force (Live) in memory: the next
 // save writes the state without them, and nothing saves just for that (as
 // with cooling).

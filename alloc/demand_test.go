@@ -281,3 +281,27 @@ func failUnwire(t *testing.T) func(Allocation) error {
 		return errors.New("unexpected unwire")
 	}
 }
+
+// TestOldestWaiting: the oldest ADD still waiting is the earliest Since of
+// the demands in force whose ADD has no address yet: not one that got
+// its address, one whose wait is over, or one stamped after now (a clock
+// stepped back).
+func TestOldestWaiting(t *testing.T) {
+	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	st := &State{
+		Allocations: []Allocation{{Key: key("served")}},
+		Demands: []Demand{
+			{Key: key("served"), Since: now.Add(-100 * time.Second), Until: now.Add(10 * time.Second)},
+			{Key: key("over"), Since: now.Add(-170 * time.Second), Until: now.Add(-60 * time.Second)},
+			{Key: key("future"), Since: now.Add(time.Minute), Until: now.Add(2 * time.Minute)},
+			{Key: key("young"), Since: now.Add(-5 * time.Second), Until: now.Add(105 * time.Second)},
+			{Key: key("old"), Since: now.Add(-40 * time.Second), Until: now.Add(70 * time.Second)},
+		},
+	}
+	if got := st.OldestWaiting(now); !got.Equal(now.Add(-40 * time.Second)) {
+		t.Errorf("oldest waiting since %v, want 40 s before now", now.Sub(got))
+	}
+	if got := (&State{}).OldestWaiting(now); !got.IsZero() {
+		t.Errorf("no demand: oldest waiting %v, want zero", got)
+	}
+}
