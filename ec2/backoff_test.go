@@ -3,6 +3,7 @@ package ec2
 import (
 	"bytes"
 	"context"
+	"math"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 
+	"github.com/eni-cni/eni-cni/alloc"
 	"github.com/eni-cni/eni-cni/ec2/ec2fake"
 	"github.com/eni-cni/eni-cni/ec2/section"
 )
@@ -182,6 +184,59 @@ func TestPaceRoundRobin(t *testing.T) {
 	p.set(paceOf(5, 30, true)) // pods wait
 	if d, _ := r.RetryDelay(throttleAttempts, throttleErr()); d > DefaultBackoff.Cap/4 {
 		t.Errorf("a starved node's last retry waits %v, want at most %v", d, DefaultBackoff.Cap/4)
+	}
+}
+
+// TestRepaceByWhoWaits: under one bucket a NotReady node (nothing held,
+// never filled, no ADD waiting) yields to nodes whose pods wait, and of
+// those a node that was Ready (filled in this boot) retries, and pauses,
+// the less the longer its oldest ADD has waited; a node whose pods came
+// before it was ever filled does not age (every node of a boot-time rush
+// would, a retry storm), nor does a node whose runtime has no readiness
+// gate count as NotReady.
+func TestRepaceByWhoWaits(t *testing.T) {
+	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	w := &Warmer{Mgr: &alloc.Manager{BootID: "boot-1"}, Cfg: section.WarmConfig{WarmIPTarget: 5, ReadyWhenFilled: true}, Now: func() time.Time { return now }}
+	waitingSince := func(d time.Duration) *alloc.State {
+		return &alloc.State{Demands: []alloc.Demand{{Key: alloc.Key{Network: "pods", ContainerID: "c1", IfName: "eth0"}, Since: now.Add(-d), Until: now.Add(alloc.MaxDemandWait - d)}}}
+	}
+	cases := []struct {
+		name   string
+		v      view
+		want   float64
+		paused func(float64) bool
+	}{
+		{"NotReady, nothing held", view{st: &alloc.State{}, src: &section.EC2{}}, paceFresh, func(p float64) bool { return p == 2 }},
+		{"NotReady, holds the fill's first addresses", view{st: &alloc.State{}, src: &section.EC2{}, counts: alloc.Counts{Total: 3, Free: 3}}, paceOf(3, 5, false), nil},
+		{"filled, pods waited 5 s", view{st: waitingSince(5 * time.Second), src: &section.EC2{FilledBoot: "boot-1"}}, paceWaiting, func(p float64) bool { return p == 1 }},
+		{"filled, pods waited 40 s", view{st: waitingSince(40 * time.Second), src: &section.EC2{FilledBoot: "boot-1"}}, paceWaiting / 4, func(p float64) bool { return p == paceWaiting/4 }},
+		{"filled, pods waited 170 s", view{st: waitingSince(170 * time.Second), src: &section.EC2{FilledBoot: "boot-1"}}, paceAgedFloor, func(p float64) bool { return p == paceAgedFloor }},
+		{"filled in another boot, pods waited 100 s", view{st: waitingSince(100 * time.Second), src: &section.EC2{FilledBoot: "boot-0"}}, paceWaiting, func(p float64) bool { return p == 1 }},
+		{"never filled, pods waited 100 s", view{st: waitingSince(100 * time.Second), src: &section.EC2{}}, paceWaiting, nil},
+	}
+	for _, c := range cases {
+		w.repace(&c.v, 5)
+		if got := w.pace.factor(); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("%s: pace %v, want %v", c.name, got, c.want)
+		}
+		if c.paused != nil && !c.paused(paceOfPause(w.pace.factor())) {
+			t.Errorf("%s: pause pace %v", c.name, paceOfPause(w.pace.factor()))
+		}
+	}
+	w.Cfg.ReadyWhenFilled = false
+	w.repace(&view{st: &alloc.State{}, src: &section.EC2{}}, 5)
+	if got := w.pace.factor(); got != 1 {
+		t.Errorf("no readiness gate, nothing held: pace %v, want 1", got)
+	}
+	var p pace
+	p.set(paceAged(time.Hour))
+	b := p.scale(DefaultBackoff)
+	if b.Base < 30*time.Millisecond || b.Cap > DefaultBackoff.Cap/16 {
+		t.Errorf("the longest waiter's back-off %v to %v: want from about 30 ms, its cap shrunk with it", b.Base, b.Cap)
+	}
+	p.set(paceFresh)
+	if b := p.scale(DefaultBackoff); b.Cap != DefaultBackoff.Cap || b.Base != 16*DefaultBackoff.Base {
+		t.Errorf("a NotReady node's back-off %v to %v: want 16 s, the cap kept", b.Base, b.Cap)
 	}
 }
 

@@ -434,9 +434,25 @@ func (w *Warmer) fill4(ctx context.Context) (short bool, err error) {
 
 // repace sets the pass's pace from what the node has and lacks (v, need),
 // at each round of the fill and after each ENI a batch records: a node
-// yields harder the moment it holds more.
+// yields harder the moment it holds more (paceOf), a NotReady node
+// yields to those whose pods wait (paceFresh), and of those the longest
+// waiter goes first (paceAged).
 func (w *Warmer) repace(v *view, need int) {
-	w.pace.set(paceOf(v.counts.Total, need, v.st.Waiting(w.now()) > v.counts.Free))
+	now := w.now()
+	waiting := v.st.Waiting(now)
+	filled := v.src.FilledBoot == w.Mgr.BootID
+	switch {
+	case waiting > v.counts.Free && filled:
+		var age time.Duration
+		if since := v.st.OldestWaiting(now); !since.IsZero() {
+			age = now.Sub(since)
+		}
+		w.pace.set(paceAged(age))
+	case waiting == 0 && v.counts.Total == 0 && !filled && w.Cfg.ReadyWhenFilled:
+		w.pace.set(paceFresh)
+	default:
+		w.pace.set(paceOf(v.counts.Total, need, waiting > v.counts.Free))
+	}
 }
 
 // slots is how many secondary addresses or prefixes one ENI takes.

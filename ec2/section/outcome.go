@@ -46,11 +46,17 @@ type PassOutcome struct {
 	Streak int `json:"streak,omitempty"`
 	// Boot is the boot the pass ran in (Growth only).
 	Boot string `json:"boot,omitempty"`
-	// Pace scales the pause after a throttled pass (¼ to 2; 0 is 1): the
-	// pass's pace (ec2's backoff.go), so that a node holding less of its
-	// target comes back sooner than one holding more.
+	// Pace scales the pause after a throttled pass (1/32 to 2; 0 is 1):
+	// the pass's pace (ec2's backoff.go), so that a node holding less of
+	// its target comes back sooner than one holding more, and a node whose
+	// ADDs have waited long sooner still.
 	Pace float64 `json:"pace,omitempty"`
 }
+
+// minPausePace is the shortest a pass's pace may make the pause after it:
+// a thirty-second of ThrottledCap, about a second. A hostile or torn store
+// cannot make a node's ADDs start passes back to back.
+const minPausePace = 1.0 / 32
 
 // Failed reports whether the pass could not do its work for a reason that
 // a waiting ADD should report (a full node is reported as such instead).
@@ -110,7 +116,7 @@ func (o *PassOutcome) Pause(instanceID string) time.Duration {
 		d = min(ThrottledCap, ThrottledBase<<(n-1))
 	}
 	if o.Pace > 0 {
-		d = time.Duration(float64(d) * min(2, max(0.25, o.Pace)))
+		d = time.Duration(float64(d) * min(2, max(minPausePace, o.Pace)))
 	}
 	h := fnv.New32a()
 	fmt.Fprintf(h, "%s/%d", instanceID, o.Streak)

@@ -121,9 +121,10 @@ func TestValidate(t *testing.T) {
 }
 
 // TestPauseFollowsPace: the pause after a throttled pass scales with the
-// pace the pass recorded, within ¼ to 2 times: a node with less of its
-// target comes back sooner than one with more, and a hand-edited pace
-// cannot stretch the pause past a minute.
+// pace the pass recorded, within 1/32 to 2 times: a node with less of its
+// target comes back sooner than one with more, a node whose ADDs waited
+// long sooner still, and a hand-edited pace can neither stretch the pause
+// past a minute nor shrink it below about a second.
 func TestPauseFollowsPace(t *testing.T) {
 	at := time.Date(2026, 1, 1, 8, 0, 0, 0, time.UTC)
 	pause := func(pace float64) time.Duration {
@@ -142,8 +143,11 @@ func TestPauseFollowsPace(t *testing.T) {
 	if got := pause(100); got != pause(2) {
 		t.Errorf("pause %v at pace 100, want the cap's %v", got, pause(2))
 	}
-	if got := pause(0.01); got != pause(0.25) {
-		t.Errorf("pause %v at pace 0.01, want the floor's %v", got, pause(0.25))
+	if got := pause(0.001); got != pause(minPausePace) || got < ThrottledCap/64 {
+		t.Errorf("pause %v at pace 0.001, want the floor's %v, at least %v", got, pause(minPausePace), ThrottledCap/64)
+	}
+	if aged, starved := pause(1.0/16), pause(0.25); aged >= starved {
+		t.Errorf("pause %v at pace 1/16, %v at ¼: want an aged node back sooner", aged, starved)
 	}
 	if (&PassOutcome{At: at, Result: PassDone, Pace: 2}).Pause("i-0123") != 0 {
 		t.Error("a pass that was not throttled pauses")
