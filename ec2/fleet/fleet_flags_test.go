@@ -94,6 +94,10 @@ func TestFleet(t *testing.T) {
 		for _, tl := range r.Slowest(*fleetTrace) {
 			fmt.Fprintf(&b, "  %s\n", tl)
 		}
+		b.WriteString("the nodes whose pods waited longest after Ready:\n")
+		for _, tl := range r.LongestWaits(*fleetTrace) {
+			fmt.Fprintf(&b, "  %s\n", tl)
+		}
 		t.Log(b.String())
 	}
 }

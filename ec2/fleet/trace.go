@@ -83,6 +83,14 @@ func (r Report) Slowest(n int) []Timeline {
 	return s[:min(n, len(s))]
 }
 
+// LongestWaits is the timelines of the n nodes whose pods waited longest
+// after the node was Ready (where ADDs fail on their wait), longest first.
+func (r Report) LongestWaits(n int) []Timeline {
+	s := slices.Clone(r.Timelines)
+	slices.SortFunc(s, func(a, b Timeline) int { return int((b.Done - b.Ready) - (a.Done - a.Ready)) })
+	return s[:min(n, len(s))]
+}
+
 // Ordinals is, for each mutating action, when the nodes' k-th call of it
 // got through (p50, p99 over the nodes that made one): whether the
 // buckets served first calls before second ones across the fleet.
