@@ -53,10 +53,15 @@ type PassOutcome struct {
 	Pace float64 `json:"pace,omitempty"`
 }
 
-// minPausePace is the shortest a pass's pace may make the pause after it:
-// a thirty-second of ThrottledCap, about a second. A hostile or torn store
-// cannot make a node's ADDs start passes back to back.
-const minPausePace = 1.0 / 32
+// minPausePace is the smallest factor a pass's pace may apply to the
+// pause after it, and minPause the shortest pause a pace may make (drawn
+// from its upper half: 0.5 to 1 s): a node's waiting ADDs start a pass at
+// most about once a second however long they waited, and a hostile or
+// torn store cannot make them start passes back to back.
+const (
+	minPausePace = 1.0 / 32
+	minPause     = time.Second
+)
 
 // Failed reports whether the pass could not do its work for a reason that
 // a waiting ADD should report (a full node is reported as such instead).
@@ -116,7 +121,7 @@ func (o *PassOutcome) Pause(instanceID string) time.Duration {
 		d = min(ThrottledCap, ThrottledBase<<(n-1))
 	}
 	if o.Pace > 0 {
-		d = time.Duration(float64(d) * min(2, max(minPausePace, o.Pace)))
+		d = max(minPause, time.Duration(float64(d)*min(2, max(minPausePace, o.Pace))))
 	}
 	h := fnv.New32a()
 	fmt.Fprintf(h, "%s/%d", instanceID, o.Streak)

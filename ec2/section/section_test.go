@@ -146,6 +146,12 @@ func TestPauseFollowsPace(t *testing.T) {
 	if got := pause(0.001); got != pause(minPausePace) || got < ThrottledCap/64 {
 		t.Errorf("pause %v at pace 0.001, want the floor's %v, at least %v", got, pause(minPausePace), ThrottledCap/64)
 	}
+	for streak := 1; streak < 8; streak++ {
+		o := PassOutcome{At: at, Result: PassThrottled, Streak: streak, Pace: minPausePace}
+		if got := o.Pause("i-0123"); got < minPause/2 {
+			t.Errorf("pause %v after %d throttled passes at the smallest pace, want at least %v", got, streak, minPause/2)
+		}
+	}
 	if aged, starved := pause(1.0/16), pause(0.25); aged >= starved {
 		t.Errorf("pause %v at pace 1/16, %v at ¼: want an aged node back sooner", aged, starved)
 	}
