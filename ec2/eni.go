@@ -84,6 +84,34 @@ func (w *Warmer) createENIs(ctx context.Context, src *section.EC2, need int, tar
 	return err
 }
 
+// keptENIs are the pending records of ENIs an earlier pass created and
+// kept unattached, their attach throttled, and still unattached.
+func keptENIs(src *section.EC2) []section.PendingENI {
+	var kept []section.PendingENI
+	for _, p := range src.Pending {
+		if p.Unattached == nil {
+			continue
+		}
+		if _, attached := src.ENI(p.ID); attached {
+			continue // its attach got through after all: settlePending drops the record
+		}
+		kept = append(kept, p)
+	}
+	return kept
+}
+
+// keptSize is the addresses a kept ENI brings, 16 per /28 prefix.
+func keptSize(u *section.UnattachedENI) int { return len(u.IPs) + 16*len(u.ENI.Prefixes) }
+
+// keptAddrs is the addresses the kept ENIs bring.
+func keptAddrs(src *section.EC2) int {
+	n := 0
+	for _, p := range keptENIs(src) {
+		n += keptSize(p.Unattached)
+	}
+	return n
+}
+
 // planENIs splits the need over the ENIs it takes, each with full slots
 // but the last, bounded by the ENIs the instance and maxENIs still allow
 // (canCreate has said there is room for one), and reserves their device
@@ -99,19 +127,12 @@ func (w *Warmer) planENIs(src *section.EC2, need int) []newENI {
 	var batch []newENI
 	// ENIs created but not attached by an earlier pass come first: their
 	// Create is spent already.
-	for _, p := range src.Pending {
+	for _, p := range keptENIs(src) {
 		if need <= 0 || len(batch) >= max(room, 1) {
 			break
 		}
-		if p.Unattached == nil {
-			continue
-		}
-		if _, attached := src.ENI(p.ID); attached {
-			continue // its attach got through after all: settlePending drops the record
-		}
-		u := p.Unattached
-		batch = append(batch, newENI{token: p.Token, kept: u})
-		need -= len(u.IPs) + 16*len(u.ENI.Prefixes)
+		batch = append(batch, newENI{token: p.Token, kept: p.Unattached})
+		need -= keptSize(p.Unattached)
 	}
 	for need > 0 && len(batch) < max(room, 1) {
 		var n int

@@ -381,3 +381,58 @@ func TestWarmKeptENINotNeededIsDeleted(t *testing.T) {
 	}
 	e.assertStoreIsEC2(t)
 }
+
+// TestWarmAttachesKeptENIBeforeAssigning: a pass that finds both an
+// attached ENI with room and an ENI an earlier pass kept unattached (its
+// attach throttled) attaches the kept one first, and assigns nothing when
+// it covers the need: its Create is spent and its attach due anyway, while
+// the Assign bucket is the one a fleet's readiness fills crowd (assigning
+// first cost the nodes that waited longest a third, heavily throttled
+// Assign).
+func TestWarmAttachesKeptENIBeforeAssigning(t *testing.T) {
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge"}, section.WarmConfig{WarmIPTarget: 5})
+	e.onDisk(t)
+	e.w.API = NewAPI(e.fake.URL(), "us-east-1", NewMetadataClient(e.fake.URL()), fastRetry)
+	e.demand(t, 16, 3*time.Minute) // the primary ENI's 14, then an ENI of 7
+	e.warm(t)
+	_, _, src := e.counts(t)
+	if len(src.ENIs) != 2 {
+		t.Fatalf("%d ENIs after the first pass, want the primary and one of 7\n%s", len(src.ENIs), e.out)
+	}
+	small := src.ENIs[1].ID
+	e.demand(t, 20, 3*time.Minute) // 7 more on it, then an ENI of 13, its attach throttled
+	e.fake.Throttle("AttachNetworkInterface", 1000)
+	if err := e.w.Run(context.Background()); err == nil {
+		t.Fatal("pass with Attach throttled succeeded")
+	}
+	e.fake.ClearFaults()
+	_, _, src = e.counts(t)
+	if len(keptENIs(src)) != 1 || keptAddrs(src) != 13 {
+		t.Fatalf("pending %+v: want one ENI of 13 kept\n%s", src.Pending, e.out)
+	}
+	// Give the small ENI room again behind eni-cni's back (the next pass
+	// learns it from IMDS), and let 3 ADDs give up: 13 addresses needed,
+	// 3 of room on the small ENI, 13 on the kept one.
+	eni, _ := e.fake.ENI(small)
+	if err := e.fake.UnassignIPs(small, eni.SecondaryIPs[:3]...); err != nil {
+		t.Fatal(err)
+	}
+	err := e.mgr.Update(context.Background(), func(st *alloc.State) (bool, error) {
+		st.Demands = st.Demands[3:]
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.now = e.now.Add(10 * time.Second)
+	e.fake.ResetCalls()
+	e.warm(t)
+	calls := e.fake.Calls()
+	if calls["AttachNetworkInterface"] != 1 || calls["AssignPrivateIpAddresses"] != 0 || calls["CreateNetworkInterface"] != 0 {
+		t.Errorf("calls %v: want the kept ENI attached and no Assign, no Create\n%s", calls, e.out)
+	}
+	if _, _, src = e.counts(t); len(src.ENIs) != 3 || len(src.Pending) != 0 {
+		t.Errorf("%d ENIs, pending %+v: want the kept ENI attached", len(src.ENIs), src.Pending)
+	}
+	e.assertStoreIsEC2(t)
+}
