@@ -3,6 +3,7 @@ package ec2
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math"
 	"path/filepath"
 	"sync"
@@ -262,5 +263,39 @@ func TestUnfilledNodeDoesNotPause(t *testing.T) {
 	e.warm(t)
 	if _, _, src := e.counts(t); src.FilledBoot != e.mgr.BootID {
 		t.Errorf("pool not filled after the throttle ended")
+	}
+}
+
+// TestRepaceDualStackByIPv4: on a dual-stack network the pace reads
+// IPv4's counts, as the fill's targets do (provider.Sized): the IPv6
+// /80's 2^48 free addresses in the summed counts made a node whose ADDs
+// wait for IPv4 addresses look neither starved nor fresh, but holding
+// all of its target, and yield hardest (paceSpread).
+func TestRepaceDualStackByIPv4(t *testing.T) {
+	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	w := &Warmer{Mgr: &alloc.Manager{BootID: "boot-1"}, Cfg: section.WarmConfig{WarmIPTarget: 5, ReadyWhenFilled: true}, Now: func() time.Time { return now }}
+	dual := func(total4, free4 int) alloc.Counts {
+		v4 := alloc.Counts{Total: total4, Free: free4}
+		v6 := alloc.Counts{Total: math.MaxInt, Free: math.MaxInt}
+		return alloc.Counts{Total: math.MaxInt, Free: math.MaxInt, Families: &alloc.FamilyCounts{IPv4: &v4, IPv6: &v6}}
+	}
+	var demands []alloc.Demand
+	for i := range 3 {
+		demands = append(demands, alloc.Demand{Key: alloc.Key{Network: "pods", ContainerID: fmt.Sprint("c", i), IfName: "eth0"}, Since: now.Add(-5 * time.Second), Until: now.Add(100 * time.Second)})
+	}
+	cases := []struct {
+		name string
+		v    view
+		want float64
+	}{
+		{"IPv4 dry, pods wait", view{st: &alloc.State{Demands: demands}, src: &section.EC2{FilledBoot: "boot-1"}, counts: dual(14, 0)}, paceWaiting},
+		{"NotReady, only the /80 held", view{st: &alloc.State{}, src: &section.EC2{}, counts: dual(0, 0)}, paceFresh},
+		{"IPv4 half held", view{st: &alloc.State{}, src: &section.EC2{FilledBoot: "boot-1"}, counts: dual(14, 14)}, paceOf(14, 14, false)},
+	}
+	for _, c := range cases {
+		w.repace(&c.v, 14)
+		if got := w.pace.factor(); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("%s: pace %v, want %v", c.name, got, c.want)
+		}
 	}
 }

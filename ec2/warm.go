@@ -448,22 +448,25 @@ func (w *Warmer) fill4(ctx context.Context) (short bool, err error) {
 // at each round of the fill and after each ENI a batch records: a node
 // yields harder the moment it holds more (paceOf), a NotReady node
 // yields to those whose pods wait (paceFresh), and of those the longest
-// waiter goes first (paceAged).
+// waiter goes first (paceAged). On a dual-stack network the counts are
+// IPv4's, as the fill's targets (need): the /80's addresses would hide
+// an IPv4 side run dry.
 func (w *Warmer) repace(v *view, need int) {
 	now := w.now()
 	waiting := v.st.Waiting(now)
 	filled := v.src.FilledBoot == w.Mgr.BootID
+	c := provider.Sized(v.counts)
 	switch {
-	case waiting > v.counts.Free && filled:
+	case waiting > c.Free && filled:
 		var age time.Duration
 		if since := v.st.OldestWaiting(now); !since.IsZero() {
 			age = now.Sub(since)
 		}
 		w.pace.set(paceAged(age))
-	case waiting == 0 && v.counts.Total == 0 && !filled && w.Cfg.ReadyWhenFilled:
+	case waiting == 0 && c.Total == 0 && !filled && w.Cfg.ReadyWhenFilled:
 		w.pace.set(paceFresh)
 	default:
-		w.pace.set(paceOf(v.counts.Total, need, waiting > v.counts.Free))
+		w.pace.set(paceOf(c.Total, need, waiting > c.Free))
 	}
 }
 

@@ -35,10 +35,15 @@ type Options struct {
 	// Gate is the readiness gate (readyWhenFilled, a runtime that calls
 	// CNI STATUS): the scheduler sends a node its pods only once its
 	// STATUS says ready. Without it they are sent at boot.
-	Gate    bool
-	AddWait time.Duration // each ADD's wait (addWaitSeconds), virtual
-	Retry   time.Duration // kubelet's wait before it retries a failed ADD, virtual
-	Timeout time.Duration // give up on the run after this much virtual time
+	Gate bool
+	// PodsAfter holds the pods back until this long after the launch
+	// (virtual), and at least until the node is Ready: a burst of pods on
+	// a fleet already up and filled (a Deployment scaled out), where
+	// every node's ADDs begin to wait together.
+	PodsAfter time.Duration
+	AddWait   time.Duration // each ADD's wait (addWaitSeconds), virtual
+	Retry     time.Duration // kubelet's wait before it retries a failed ADD, virtual
+	Timeout   time.Duration // give up on the run after this much virtual time
 	// Throttling is the account's buckets; nil is AccountThrottling. A
 	// smaller fleet meets shrunk ones (Throttling.Shrunk) as 1,000 nodes
 	// meet the account's.
@@ -256,6 +261,10 @@ func run(ctx context.Context, o Options, c *vclock, netw network, virtual bool) 
 		go func() {
 			defer wg.Done()
 			unready, ok := n.scheduled(ctx)
+			if wait := o.PodsAfter - c.now().Sub(c.origin); ok && wait > 0 {
+				c.sleep(ctx, wait)
+				unready, ok = n.scheduled(ctx)
+			}
 			ready := c.now().Sub(c.origin)
 			var done time.Duration
 			unserved, failed := o.PodsPerNode, map[string]int(nil)
@@ -357,6 +366,11 @@ func name(r *Report) string {
 	}
 	if o.Gate {
 		s += ", gated"
+	} else if o.Warm.ReadyWhenFilled {
+		s += ", readyWhenFilled without STATUS"
+	}
+	if o.PodsAfter > 0 {
+		s += fmt.Sprintf(", pods at %v", o.PodsAfter)
 	}
 	if r.Processes {
 		s += ", real processes"

@@ -20,13 +20,14 @@ import (
 
 // `make fleet` runs TestFleet with these.
 var (
-	fleetNodes   = flag.Int("fleet.nodes", 0, "TestFleet: nodes launched at once (0 skips it)")
-	fleetPods    = flag.Int("fleet.pods", 30, "TestFleet: pods per node")
-	fleetAddWait = flag.Duration("fleet.add-wait", 110*time.Second, "TestFleet: each ADD's wait on a dry pool (addWaitSeconds)")
-	fleetJSON    = flag.String("fleet.json", "", "TestFleet: also write the reports here, as JSON (make bench reads them)")
-	fleetTrace   = flag.Int("fleet.trace", 0, "TestFleet: print the EC2 timelines of this many of the nodes done last, and when the nodes' first, second, ... calls of each action got through")
-	fleetShrunk  = flag.Bool("fleet.shrunk", false, "TestFleet: the account's buckets shrunk to -fleet.nodes/1000 (sizes and refills), so that a smaller fleet meets them as 1,000 nodes meet the account's")
-	fleetConfigs = flag.String("fleet.configs", "secondary,prefix,template,ungated,ipamd", "TestFleet: configurations to run (ungated: secondary addresses without the readiness gate; minimum, prefix-minimum: secondary addresses or prefix delegation with minimumIPTarget = pods + 5)")
+	fleetNodes     = flag.Int("fleet.nodes", 0, "TestFleet: nodes launched at once (0 skips it)")
+	fleetPods      = flag.Int("fleet.pods", 30, "TestFleet: pods per node")
+	fleetAddWait   = flag.Duration("fleet.add-wait", 110*time.Second, "TestFleet: each ADD's wait on a dry pool (addWaitSeconds)")
+	fleetJSON      = flag.String("fleet.json", "", "TestFleet: also write the reports here, as JSON (make bench reads them)")
+	fleetTrace     = flag.Int("fleet.trace", 0, "TestFleet: print the EC2 timelines of this many of the nodes done last, and when the nodes' first, second, ... calls of each action got through")
+	fleetShrunk    = flag.Bool("fleet.shrunk", false, "TestFleet: the account's buckets shrunk to -fleet.nodes/1000 (sizes and refills), so that a smaller fleet meets them as 1,000 nodes meet the account's")
+	fleetConfigs   = flag.String("fleet.configs", "secondary,prefix,template,ungated,ipamd", "TestFleet: configurations to run (ungated: secondary addresses without the readiness gate; minimum, prefix-minimum: secondary addresses or prefix delegation with minimumIPTarget = pods + 5; ungated-ready: ungated with readyWhenFilled on, as on a runtime that never calls STATUS (containerd 1.x) with the default configuration; burst: secondary addresses, gated, the pods sent -fleet.pods-after after the launch)")
+	fleetPodsAfter = flag.Duration("fleet.pods-after", 10*time.Minute, "TestFleet: the burst configuration's pods are sent this long after the launch, to a fleet already Ready")
 )
 
 // TestFleet is `make fleet`: a scale-up of -fleet.nodes nodes, each
@@ -55,10 +56,14 @@ func TestFleet(t *testing.T) {
 	minimum.Warm.MinimumIPTarget = *fleetPods + 5
 	pdMinimum := pd
 	pdMinimum.Warm.MinimumIPTarget = *fleetPods + 5
+	ungatedReady := ungated
+	ungatedReady.Warm.ReadyWhenFilled = true
+	burst := base
+	burst.PodsAfter = *fleetPodsAfter
 	configs := strings.Split(*fleetConfigs, ",")
 	var rs []*Report
-	for i, o := range []Options{base, pd, lt, ungated, minimum, pdMinimum} {
-		if !slices.Contains(configs, []string{"secondary", "prefix", "template", "ungated", "minimum", "prefix-minimum"}[i]) {
+	for i, o := range []Options{base, pd, lt, ungated, minimum, pdMinimum, burst, ungatedReady} {
+		if !slices.Contains(configs, []string{"secondary", "prefix", "template", "ungated", "minimum", "prefix-minimum", "burst", "ungated-ready"}[i]) {
 			continue
 		}
 		wall := time.Now()
