@@ -191,13 +191,17 @@ func TestPaceRoundRobin(t *testing.T) {
 // TestRepaceByWhoWaits: under one bucket a NotReady node (nothing held,
 // never filled, no ADD waiting) yields to nodes whose pods wait, and of
 // those a node that was Ready (filled in this boot) retries, and pauses,
-// the less the longer its oldest ADD has waited; a node whose pods came
-// before it was ever filled does not age (every node of a boot-time rush
-// would, a retry storm), nor does a node whose runtime has no readiness
-// gate count as NotReady.
+// the less the longer its oldest ADD has waited, if its pods came as the
+// gate let them (within a minute of the fill); a node whose pods came
+// before it was ever filled, or long after (a burst on a fleet Ready long
+// since), does not age (every node of such a rush would, a retry storm),
+// nor does a node whose runtime has no readiness gate count as NotReady.
 func TestRepaceByWhoWaits(t *testing.T) {
 	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
 	w := &Warmer{Mgr: &alloc.Manager{BootID: "boot-1"}, Cfg: section.WarmConfig{WarmIPTarget: 5, ReadyWhenFilled: true}, Now: func() time.Time { return now }}
+	admittedAt := func(d time.Duration) *section.EC2 { // filled 3 s before pods waited d
+		return &section.EC2{FilledBoot: "boot-1", FilledAt: now.Add(-d - 3*time.Second)}
+	}
 	waitingSince := func(d time.Duration) *alloc.State {
 		return &alloc.State{Demands: []alloc.Demand{{Key: alloc.Key{Network: "pods", ContainerID: "c1", IfName: "eth0"}, Since: now.Add(-d), Until: now.Add(alloc.MaxDemandWait - d)}}}
 	}
@@ -209,9 +213,12 @@ func TestRepaceByWhoWaits(t *testing.T) {
 	}{
 		{"NotReady, nothing held", view{st: &alloc.State{}, src: &section.EC2{}}, paceFresh, func(p float64) bool { return p == 2 }},
 		{"NotReady, holds the fill's first addresses", view{st: &alloc.State{}, src: &section.EC2{}, counts: alloc.Counts{Total: 3, Free: 3}}, paceOf(3, 5, false), nil},
-		{"filled, pods waited 5 s", view{st: waitingSince(5 * time.Second), src: &section.EC2{FilledBoot: "boot-1"}}, paceWaiting, func(p float64) bool { return p == 1 }},
-		{"filled, pods waited 40 s", view{st: waitingSince(40 * time.Second), src: &section.EC2{FilledBoot: "boot-1"}}, paceWaiting / 4, func(p float64) bool { return p == paceWaiting/4 }},
-		{"filled, pods waited 170 s", view{st: waitingSince(170 * time.Second), src: &section.EC2{FilledBoot: "boot-1"}}, paceAgedFloor, func(p float64) bool { return p == paceAgedFloor }},
+		{"filled, pods waited 5 s", view{st: waitingSince(5 * time.Second), src: admittedAt(5 * time.Second)}, paceWaiting, func(p float64) bool { return p == 1 }},
+		{"filled, pods waited 40 s", view{st: waitingSince(40 * time.Second), src: admittedAt(40 * time.Second)}, paceWaiting / 4, func(p float64) bool { return p == 0.25 }},
+		{"filled, pods waited 170 s", view{st: waitingSince(170 * time.Second), src: admittedAt(170 * time.Second)}, paceAgedFloor, func(p float64) bool { return p == 0.125 }},
+		{"filled 10 min before its pods came, they waited 100 s", view{st: waitingSince(100 * time.Second), src: &section.EC2{FilledBoot: "boot-1", FilledAt: now.Add(-700 * time.Second)}}, paceWaiting, func(p float64) bool { return p == 1 }},
+		{"filled (a store without FilledAt), pods waited 100 s", view{st: waitingSince(100 * time.Second), src: &section.EC2{FilledBoot: "boot-1"}}, paceWaiting, nil},
+		{"filled after its pods came (clock stepped), they waited 100 s", view{st: waitingSince(100 * time.Second), src: &section.EC2{FilledBoot: "boot-1", FilledAt: now}}, paceWaiting, nil},
 		{"filled in another boot, pods waited 100 s", view{st: waitingSince(100 * time.Second), src: &section.EC2{FilledBoot: "boot-0"}}, paceWaiting, func(p float64) bool { return p == 1 }},
 		{"never filled, pods waited 100 s", view{st: waitingSince(100 * time.Second), src: &section.EC2{}}, paceWaiting, nil},
 	}

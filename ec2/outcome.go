@@ -94,7 +94,7 @@ func (w *Warmer) recordGrowth(ctx context.Context, short bool, err error) error 
 	}
 	return w.update(context.WithoutCancel(ctx), func(_ *alloc.State, src *section.EC2) error {
 		if err == nil {
-			src.FilledBoot = w.Mgr.BootID
+			src.MarkFilled(w.Mgr.BootID, o.At)
 		}
 		g := src.Growth
 		if g != nil && g.Boot == o.Boot && g.Result == o.Result && o.Result != section.PassThrottled {

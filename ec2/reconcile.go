@@ -126,7 +126,7 @@ func RefreshTargets(ctx context.Context, mgr *alloc.Manager, md Metadata, now ti
 		r.Added = section.Reconcile(src, inst, now).Found
 		src.VerifiedBoot = mgr.BootID
 		if w != nil && w.ReadyWhenFilled && provider.TargetsMet(mgr.Counts(st), *w) {
-			src.FilledBoot = mgr.BootID
+			src.MarkFilled(mgr.BootID, now)
 		}
 		return nil
 	})

@@ -76,6 +76,12 @@ type EC2 struct {
 	// limits allow. STATUS (readyWhenFilled) says the network is not ready
 	// for pods before that in a boot.
 	FilledBoot string `json:"filledBoot,omitempty"`
+	// FilledAt is when the pool first reached its targets in FilledBoot:
+	// when the readiness gate let pods come. ADDs that began to wait soon
+	// after it are the pods that the scheduler sent because the node
+	// became Ready, and only their waits make warm's pace age (ec2's
+	// backoff.go paceAged); zero in a store written before it was kept.
+	FilledAt time.Time `json:"filledAt,omitzero"`
 	// Growth is how the last warm pass's attempt to grow the pool ended,
 	// with the boot it ran in, whoever waited for it (LastPass is only
 	// recorded for waiting ADDs). It is saved when its result changes, so
@@ -507,4 +513,13 @@ func (s *EC2) Clone() *EC2 {
 		c.LastPass = &o
 	}
 	return &c
+}
+
+// MarkFilled records that the pool reached its targets in boot at now:
+// FilledBoot, and FilledAt the first time in that boot.
+func (s *EC2) MarkFilled(boot string, now time.Time) {
+	if s.FilledBoot != boot {
+		s.FilledAt = now.UTC()
+	}
+	s.FilledBoot = boot
 }

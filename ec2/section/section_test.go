@@ -159,3 +159,20 @@ func TestPauseFollowsPace(t *testing.T) {
 		t.Error("a pass that was not throttled pauses")
 	}
 }
+
+// TestMarkFilled: FilledAt is the first time the pool reached its targets
+// in a boot; later fills in the same boot keep it, a new boot's first
+// fill moves it.
+func TestMarkFilled(t *testing.T) {
+	t0 := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	var s EC2
+	s.MarkFilled("boot-1", t0)
+	s.MarkFilled("boot-1", t0.Add(time.Hour))
+	if s.FilledBoot != "boot-1" || !s.FilledAt.Equal(t0) {
+		t.Errorf("filled %q at %v, want boot-1 at %v", s.FilledBoot, s.FilledAt, t0)
+	}
+	s.MarkFilled("boot-2", t0.Add(2*time.Hour))
+	if s.FilledBoot != "boot-2" || !s.FilledAt.Equal(t0.Add(2*time.Hour)) {
+		t.Errorf("filled %q at %v after a new boot, want boot-2 at %v", s.FilledBoot, s.FilledAt, t0.Add(2*time.Hour))
+	}
+}
