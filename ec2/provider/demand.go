@@ -37,8 +37,10 @@ const (
 	// into the same wall (a denied role, a full subnet). Not after a
 	// throttled pass: see throttledPause.
 	failFresh = 10 * time.Second
-	// throttledBase and throttledCap bound the pause between a throttled
-	// pass and the next one started for the ADDs waiting on it.
+	// throttledBase and throttledCap: the pause between a throttled pass
+	// and the next one started for the ADDs waiting on it doubles from
+	// one to the other, before the pass's pace scales it
+	// (section.PassOutcome.Pause).
 	throttledBase = section.ThrottledBase
 	throttledCap  = section.ThrottledCap
 )

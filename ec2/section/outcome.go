@@ -101,7 +101,9 @@ const (
 // ADDs' and the timer's alike: EC2 throttles per account, so a throttle
 // says the fleet asks too much, and every node that comes back at once
 // meets the empty bucket again. It doubles with each throttled pass in a
-// row (ThrottledBase to ThrottledCap) and is drawn from its upper half by
+// row (ThrottledBase to ThrottledCap), scaled by the pass's pace (1/32 to
+// 2: the node's pods waiting longest come back sooner, a node holding
+// more later; never under minPause), and is drawn from its upper half by
 // the instance's ID, so a fleet throttled together comes back spread. 0
 // when the last pass was not throttled.
 func (s *EC2) ThrottledPause() time.Duration { return s.LastPass.Pause(s.InstanceID) }
