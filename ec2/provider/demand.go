@@ -399,9 +399,6 @@ func throttledPause(sec *section.EC2) time.Duration { return sec.ThrottledPause(
 
 func pausing(sec *section.EC2, now time.Time) bool { return sec.Pausing(now) }
 
-// pauseAfter is throttledPause after outcome lp of instance id's pass.
-func pauseAfter(lp *section.PassOutcome, id string) time.Duration { return lp.Pause(id) }
-
 // pausingAfter is pausing after outcome lp of instance id's pass.
 func pausingAfter(lp *section.PassOutcome, id string, now time.Time) bool {
 	return lp.Pausing(id, now)
