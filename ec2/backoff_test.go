@@ -231,7 +231,12 @@ func TestRepaceByWhoWaits(t *testing.T) {
 			t.Errorf("%s: pause pace %v", c.name, paceOfPause(w.pace.factor()))
 		}
 	}
-	w.Cfg.ReadyWhenFilled = false
+	w.Cfg.MinimumIPTarget = 35
+	w.repace(&view{st: &alloc.State{}, src: &section.EC2{}}, 40)
+	if got := w.pace.factor(); got != 1 {
+		t.Errorf("minimumIPTarget, nothing held: pace %v, want 1 (its fill is all its pods need)", got)
+	}
+	w.Cfg.MinimumIPTarget, w.Cfg.ReadyWhenFilled = 0, false
 	w.repace(&view{st: &alloc.State{}, src: &section.EC2{}}, 5)
 	if got := w.pace.factor(); got != 1 {
 		t.Errorf("no readiness gate, nothing held: pace %v, want 1", got)

@@ -460,7 +460,7 @@ func (w *Warmer) repace(v *view, need int) {
 	switch {
 	case waiting > c.Free && filled && admitted(v.src.FilledAt, since):
 		w.pace.set(paceAged(now.Sub(since)))
-	case waiting == 0 && c.Total == 0 && !filled && w.Cfg.ReadyWhenFilled:
+	case waiting == 0 && c.Total == 0 && !filled && w.Cfg.ReadyWhenFilled && w.Cfg.MinimumIPTarget == 0:
 		w.pace.set(paceFresh)
 	default:
 		w.pace.set(paceOf(c.Total, need, waiting > c.Free))
