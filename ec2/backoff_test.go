@@ -195,7 +195,9 @@ func TestPaceRoundRobin(t *testing.T) {
 // gate let them (within a minute of the fill); a node whose pods came
 // before it was ever filled, or long after (a burst on a fleet Ready long
 // since), does not age (every node of such a rush would, a retry storm),
-// nor does a node whose runtime has no readiness gate count as NotReady.
+// nor does a node whose runtime has no readiness gate count as NotReady,
+// nor does a node whose minimumIPTarget fills its pods' addresses before
+// it is Ready yield.
 func TestRepaceByWhoWaits(t *testing.T) {
 	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
 	w := &Warmer{Mgr: &alloc.Manager{BootID: "boot-1"}, Cfg: section.WarmConfig{WarmIPTarget: 5, ReadyWhenFilled: true}, Now: func() time.Time { return now }}
