@@ -422,11 +422,27 @@ func (w *Warmer) abandon(ctx context.Context, token, id string, cause error) cre
 		return createResult{err: cause}
 	}
 	if err := w.deleteENI(ctx, id); err != nil {
-		return createResult{err: fmt.Errorf("%w (and deleting %s failed, the next pass retries: %v)", cause, id, err)}
+		err = fmt.Errorf("%w (and deleting %s failed, the next pass retries: %v)", cause, id, err)
+		return createResult{err: errors.Join(err, w.unkeep(ctx, token))}
 	}
 	w.say("deleted %s again: %v", id, cause)
 	// EC2 is as it was before the create: nothing for a resync to learn.
 	return createResult{errors.Join(cause, w.dropPending(ctx, token)), true}
+}
+
+// unkeep makes the record of an ENI that could not be attached, kept
+// (its earlier attach throttled) and now not deletable either, a plain
+// pending record: settlePending deletes it. Kept, a pass would try its
+// attach again before any Assign, and fail each time.
+func (w *Warmer) unkeep(ctx context.Context, token string) error {
+	return w.update(context.WithoutCancel(ctx), func(_ *alloc.State, src *section.EC2) error {
+		for i := range src.Pending {
+			if src.Pending[i].Token == token {
+				src.Pending[i].Unattached = nil
+			}
+		}
+		return nil
+	})
 }
 
 func (w *Warmer) recordENI(ctx context.Context, token string, e section.ENI, ips []netip.Addr, prefixes []netip.Prefix) (int, error) {

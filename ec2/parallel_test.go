@@ -436,3 +436,58 @@ func TestWarmAttachesKeptENIBeforeAssigning(t *testing.T) {
 	}
 	e.assertStoreIsEC2(t)
 }
+
+// TestWarmKeptENIUnattachableStopsBlockingAssign: a kept ENI whose attach
+// then fails for good (attached elsewhere, say) and that cannot be
+// deleted either is no longer kept: a pass attaches kept ENIs before it
+// assigns, and a record kept for ever failed every later pass before its
+// Assign, the pool never growing again. It is then a pending record like
+// any other, which settlePending deletes.
+func TestWarmKeptENIUnattachableStopsBlockingAssign(t *testing.T) {
+	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge"}, section.WarmConfig{WarmIPTarget: 5})
+	e.onDisk(t)
+	e.w.API = NewAPI(e.fake.URL(), "us-east-1", NewMetadataClient(e.fake.URL()), fastRetry)
+	e.demand(t, 16, 3*time.Minute)
+	e.warm(t)
+	_, _, src := e.counts(t)
+	small := src.ENIs[1].ID
+	e.demand(t, 20, 3*time.Minute)
+	e.fake.Throttle("AttachNetworkInterface", 1000)
+	if err := e.w.Run(context.Background()); err == nil {
+		t.Fatal("pass with Attach throttled succeeded")
+	}
+	e.fake.ClearFaults()
+	if _, _, src = e.counts(t); keptAddrs(src) != 13 {
+		t.Fatalf("pending %+v: want one ENI of 13 kept\n%s", src.Pending, e.out)
+	}
+	eni, _ := e.fake.ENI(small)
+	if err := e.fake.UnassignIPs(small, eni.SecondaryIPs[:3]...); err != nil {
+		t.Fatal(err)
+	}
+	err := e.mgr.Update(context.Background(), func(st *alloc.State) (bool, error) {
+		st.Demands = st.Demands[3:]
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.fake.InjectFault("AttachNetworkInterface", ec2fake.Fault{Code: "InvalidParameterValue"})
+	e.fake.InjectFault("DeleteNetworkInterface", ec2fake.Fault{Code: "InvalidNetworkInterface.InUse"})
+	e.now = e.now.Add(10 * time.Second)
+	if err := e.w.Run(context.Background()); err == nil {
+		t.Fatal("pass whose kept ENI cannot be attached succeeded")
+	}
+	if _, _, src = e.counts(t); keptAddrs(src) != 0 || len(src.Pending) != 1 {
+		t.Errorf("pending %+v: want the ENI's record kept for a delete, not for an attach\n%s", src.Pending, e.out)
+	}
+	e.now = e.now.Add(10 * time.Second)
+	e.fake.ResetCalls()
+	_ = e.w.Run(context.Background()) // its delete fails again
+	calls := e.fake.Calls()
+	if calls["AssignPrivateIpAddresses"] != 1 {
+		t.Errorf("calls %v: want the roomy ENI's Assign\n%s", calls, e.out)
+	}
+	if c, _, _ := e.counts(t); c.Free < 3 {
+		t.Errorf("pool %+v: want the 3 addresses assigned", c)
+	}
+}
