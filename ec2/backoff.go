@@ -149,8 +149,10 @@ const (
 	agedAfter     = 10 * time.Second
 	// admittedWithin is how soon after the pool was filled an ADD must
 	// have begun to wait for its wait to age the pace: the scheduler
-	// sends a node its pods within seconds of Ready.
-	admittedWithin = time.Minute
+	// sends a node its pods within seconds of Ready, and kubelet retries
+	// an ADD that waited its 110 s about 10 s later, which must age too
+	// (those retries are the failed ADDs that remain).
+	admittedWithin = 3 * time.Minute
 )
 
 // paceOf is the factor of a node holding have addresses, lacking need,

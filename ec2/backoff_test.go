@@ -192,7 +192,7 @@ func TestPaceRoundRobin(t *testing.T) {
 // never filled, no ADD waiting) yields to nodes whose pods wait, and of
 // those a node that was Ready (filled in this boot) retries, and pauses,
 // the less the longer its oldest ADD has waited, if its pods came as the
-// gate let them (within a minute of the fill); a node whose pods came
+// gate let them (within 3 minutes of the fill, kubelet's retries included); a node whose pods came
 // before it was ever filled, or long after (a burst on a fleet Ready long
 // since), does not age (every node of such a rush would, a retry storm),
 // nor does a node whose runtime has no readiness gate count as NotReady,
@@ -218,6 +218,7 @@ func TestRepaceByWhoWaits(t *testing.T) {
 		{"filled, pods waited 5 s", view{st: waitingSince(5 * time.Second), src: admittedAt(5 * time.Second)}, paceWaiting, func(p float64) bool { return p == 1 }},
 		{"filled, pods waited 40 s", view{st: waitingSince(40 * time.Second), src: admittedAt(40 * time.Second)}, paceWaiting / 4, func(p float64) bool { return p == paceWaiting/4 }},
 		{"filled, pods waited 170 s", view{st: waitingSince(170 * time.Second), src: admittedAt(170 * time.Second)}, paceAgedFloor, func(p float64) bool { return p == paceAgedFloor }},
+		{"filled, a retried ADD (sent 5 s after the fill, failed at 110 s, retried 10 s later) waited 40 s", view{st: waitingSince(40 * time.Second), src: &section.EC2{FilledBoot: "boot-1", FilledAt: now.Add(-165 * time.Second)}}, paceWaiting / 4, nil},
 		{"filled 10 min before its pods came, they waited 100 s", view{st: waitingSince(100 * time.Second), src: &section.EC2{FilledBoot: "boot-1", FilledAt: now.Add(-700 * time.Second)}}, paceWaiting, func(p float64) bool { return p == 1 }},
 		{"filled (a store without FilledAt), pods waited 100 s", view{st: waitingSince(100 * time.Second), src: &section.EC2{FilledBoot: "boot-1"}}, paceWaiting, nil},
 		{"filled after its pods came (clock stepped), they waited 100 s", view{st: waitingSince(100 * time.Second), src: &section.EC2{FilledBoot: "boot-1", FilledAt: now}}, paceWaiting, nil},

@@ -100,6 +100,30 @@ func keptENIs(src *section.EC2) []section.PendingENI {
 	return kept
 }
 
+// keptGone reports whether none of the ENIs before kept (in before) is
+// kept or attached any more: their attach failed for a reason a retry
+// cannot cure (EC2 no longer has the ENI, or will not attach it) and the
+// record was dropped, or left for a delete. The fill goes on without them
+// instead of failing the pass, and with it every waiting ADD, on a node
+// whose other ENIs have room.
+func (w *Warmer) keptGone(ctx context.Context, before *section.EC2) bool {
+	v, err := w.snapshot(ctx)
+	if err != nil {
+		return false
+	}
+	for _, p := range keptENIs(before) {
+		if _, attached := v.src.ENI(p.ID); attached {
+			return false
+		}
+		for _, q := range keptENIs(v.src) {
+			if q.Token == p.Token {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // keptSize is the addresses a kept ENI brings, 16 per /28 prefix.
 func keptSize(u *section.UnattachedENI) int { return len(u.IPs) + 16*len(u.ENI.Prefixes) }
 

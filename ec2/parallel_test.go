@@ -382,14 +382,12 @@ func TestWarmKeptENINotNeededIsDeleted(t *testing.T) {
 	e.assertStoreIsEC2(t)
 }
 
-// TestWarmAttachesKeptENIBeforeAssigning: a pass that finds both an
-// attached ENI with room and an ENI an earlier pass kept unattached (its
-// attach throttled) attaches the kept one first, and assigns nothing when
-// it covers the need: its Create is spent and its attach due anyway, while
-// the Assign bucket is the one a fleet's readiness fills crowd (assigning
-// first cost the nodes that waited longest a third, heavily throttled
-// Assign).
-func TestWarmAttachesKeptENIBeforeAssigning(t *testing.T) {
+// newKeptAndRoomy is a node with an ENI of 13 addresses an earlier pass
+// created and kept unattached (its attach throttled), an attached ENI
+// with 3 addresses of room (given back behind eni-cni's back: the next
+// pass learns it from IMDS), and 33 ADDs waiting: 13 addresses needed.
+func newKeptAndRoomy(t *testing.T) *env {
+	t.Helper()
 	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge"}, section.WarmConfig{WarmIPTarget: 5})
 	e.onDisk(t)
 	e.w.API = NewAPI(e.fake.URL(), "us-east-1", NewMetadataClient(e.fake.URL()), fastRetry)
@@ -406,19 +404,15 @@ func TestWarmAttachesKeptENIBeforeAssigning(t *testing.T) {
 		t.Fatal("pass with Attach throttled succeeded")
 	}
 	e.fake.ClearFaults()
-	_, _, src = e.counts(t)
-	if len(keptENIs(src)) != 1 || keptAddrs(src) != 13 {
+	if _, _, src = e.counts(t); len(keptENIs(src)) != 1 || keptAddrs(src) != 13 {
 		t.Fatalf("pending %+v: want one ENI of 13 kept\n%s", src.Pending, e.out)
 	}
-	// Give the small ENI room again behind eni-cni's back (the next pass
-	// learns it from IMDS), and let 3 ADDs give up: 13 addresses needed,
-	// 3 of room on the small ENI, 13 on the kept one.
 	eni, _ := e.fake.ENI(small)
 	if err := e.fake.UnassignIPs(small, eni.SecondaryIPs[:3]...); err != nil {
 		t.Fatal(err)
 	}
 	err := e.mgr.Update(context.Background(), func(st *alloc.State) (bool, error) {
-		st.Demands = st.Demands[3:]
+		st.Demands = st.Demands[3:] // 3 ADDs gave up
 		return true, nil
 	})
 	if err != nil {
@@ -426,68 +420,70 @@ func TestWarmAttachesKeptENIBeforeAssigning(t *testing.T) {
 	}
 	e.now = e.now.Add(10 * time.Second)
 	e.fake.ResetCalls()
+	return e
+}
+
+// TestWarmAttachesKeptENIBeforeAssigning: a pass that finds both an
+// attached ENI with room and an ENI an earlier pass kept unattached (its
+// attach throttled) attaches the kept one first, and assigns nothing when
+// it covers the need: its Create is spent and its attach due anyway, while
+// the Assign bucket is the one a fleet's readiness fills crowd (assigning
+// first cost the nodes that waited longest a third, heavily throttled
+// Assign).
+func TestWarmAttachesKeptENIBeforeAssigning(t *testing.T) {
+	e := newKeptAndRoomy(t)
 	e.warm(t)
 	calls := e.fake.Calls()
 	if calls["AttachNetworkInterface"] != 1 || calls["AssignPrivateIpAddresses"] != 0 || calls["CreateNetworkInterface"] != 0 {
 		t.Errorf("calls %v: want the kept ENI attached and no Assign, no Create\n%s", calls, e.out)
 	}
-	if _, _, src = e.counts(t); len(src.ENIs) != 3 || len(src.Pending) != 0 {
+	if _, _, src := e.counts(t); len(src.ENIs) != 3 || len(src.Pending) != 0 {
 		t.Errorf("%d ENIs, pending %+v: want the kept ENI attached", len(src.ENIs), src.Pending)
 	}
 	e.assertStoreIsEC2(t)
 }
 
 // TestWarmKeptENIUnattachableStopsBlockingAssign: a kept ENI whose attach
-// then fails for good (attached elsewhere, say) and that cannot be
-// deleted either is no longer kept: a pass attaches kept ENIs before it
-// assigns, and a record kept for ever failed every later pass before its
-// Assign, the pool never growing again. It is then a pending record like
-// any other, which settlePending deletes.
+// now fails for good (InvalidParameterValue) and whose delete fails too
+// (InUse) is no longer kept, only left for settlePending's delete, and the
+// same pass goes on to the Assign on the roomy ENI. Kept, every later pass
+// tried its attach before any Assign and failed: the pool never grew again.
 func TestWarmKeptENIUnattachableStopsBlockingAssign(t *testing.T) {
-	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge"}, section.WarmConfig{WarmIPTarget: 5})
-	e.onDisk(t)
-	e.w.API = NewAPI(e.fake.URL(), "us-east-1", NewMetadataClient(e.fake.URL()), fastRetry)
-	e.demand(t, 16, 3*time.Minute)
-	e.warm(t)
-	_, _, src := e.counts(t)
-	small := src.ENIs[1].ID
-	e.demand(t, 20, 3*time.Minute)
-	e.fake.Throttle("AttachNetworkInterface", 1000)
-	if err := e.w.Run(context.Background()); err == nil {
-		t.Fatal("pass with Attach throttled succeeded")
-	}
-	e.fake.ClearFaults()
-	if _, _, src = e.counts(t); keptAddrs(src) != 13 {
-		t.Fatalf("pending %+v: want one ENI of 13 kept\n%s", src.Pending, e.out)
-	}
-	eni, _ := e.fake.ENI(small)
-	if err := e.fake.UnassignIPs(small, eni.SecondaryIPs[:3]...); err != nil {
-		t.Fatal(err)
-	}
-	err := e.mgr.Update(context.Background(), func(st *alloc.State) (bool, error) {
-		st.Demands = st.Demands[3:]
-		return true, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newKeptAndRoomy(t)
 	e.fake.InjectFault("AttachNetworkInterface", ec2fake.Fault{Code: "InvalidParameterValue"})
 	e.fake.InjectFault("DeleteNetworkInterface", ec2fake.Fault{Code: "InvalidNetworkInterface.InUse"})
-	e.now = e.now.Add(10 * time.Second)
-	if err := e.w.Run(context.Background()); err == nil {
-		t.Fatal("pass whose kept ENI cannot be attached succeeded")
-	}
-	if _, _, src = e.counts(t); keptAddrs(src) != 0 || len(src.Pending) != 1 {
+	_ = e.w.Run(context.Background()) // the ENI it creates for the rest cannot be attached either
+	_, _, src := e.counts(t)
+	if keptAddrs(src) != 0 {
 		t.Errorf("pending %+v: want the ENI's record kept for a delete, not for an attach\n%s", src.Pending, e.out)
 	}
-	e.now = e.now.Add(10 * time.Second)
-	e.fake.ResetCalls()
-	_ = e.w.Run(context.Background()) // its delete fails again
-	calls := e.fake.Calls()
-	if calls["AssignPrivateIpAddresses"] != 1 {
-		t.Errorf("calls %v: want the roomy ENI's Assign\n%s", calls, e.out)
+	if calls := e.fake.Calls(); calls["AssignPrivateIpAddresses"] != 1 {
+		t.Errorf("calls %v: want the roomy ENI's Assign in the same pass\n%s", calls, e.out)
 	}
-	if c, _, _ := e.counts(t); c.Free < 3 {
-		t.Errorf("pool %+v: want the 3 addresses assigned", c)
+	if c, _, _ := e.counts(t); c.Total != 28 {
+		t.Errorf("pool %+v: want the 3 addresses assigned again (28 in all)\n%s", c, e.out)
+	}
+}
+
+// TestWarmKeptENIGoneDoesNotFailThePass: a kept ENI deleted behind
+// eni-cni's back (a clean-up job; its attach says NotFound) is forgotten
+// and the same pass fills from the roomy ENI and a new one: the pass
+// succeeds, so no waiting ADD fails on it (a failed pass fails them all at
+// once).
+func TestWarmKeptENIGoneDoesNotFailThePass(t *testing.T) {
+	e := newKeptAndRoomy(t)
+	e.fake.InjectFault("AttachNetworkInterface", ec2fake.Fault{Code: "InvalidNetworkInterfaceID.NotFound", Times: 1})
+	if err := e.w.Run(context.Background()); err != nil {
+		t.Fatalf("pass whose kept ENI is gone: %v\n%s", err, e.out)
+	}
+	_, _, src := e.counts(t)
+	if len(keptENIs(src)) != 0 {
+		t.Errorf("pending %+v: want the gone ENI forgotten", src.Pending)
+	}
+	if calls := e.fake.Calls(); calls["AssignPrivateIpAddresses"] != 1 || calls["CreateNetworkInterface"] != 1 {
+		t.Errorf("calls %v: want the roomy ENI's Assign and one new ENI for the rest\n%s", calls, e.out)
+	}
+	if o := src.LastPass; o != nil && o.Failed() {
+		t.Errorf("outcome %+v: want the pass not failed", o)
 	}
 }

@@ -405,8 +405,12 @@ func (w *Warmer) fill4(ctx context.Context) (short bool, err error) {
 			// the one a fleet's readiness fills crowd. Assigning first
 			// took a third Assign on the node that waited longest (54 of
 			// 1,000 nodes, 35-38 throttled attempts each).
-			if err := w.createENIs(ctx, v.src, min(need, kept), w.defaultSubnet(v.src)); err != nil {
+			err := w.createENIs(ctx, v.src, min(need, kept), w.defaultSubnet(v.src))
+			if err != nil && (isThrottle(err) || !w.keptGone(ctx, v.src)) {
 				return false, err
+			}
+			if err != nil {
+				w.say("kept ENIs given up, going on without them: %v", err)
 			}
 			continue
 		}
@@ -468,8 +472,9 @@ func (w *Warmer) repace(v *view, need int) {
 }
 
 // admitted reports whether ADDs waiting since since are the pods the
-// readiness gate let come when the pool was filled at filledAt (within
-// admittedWithin after it): only their waits age the pace. A burst sent
+// readiness gate let come when the pool was filled at filledAt, or
+// kubelet's retries of them (within admittedWithin after it): only their
+// waits age the pace. A burst sent
 // to a fleet Ready long since makes every node wait together, where
 // aging would raise every node's rate at once, ordering nothing (5.7
 // times the throttled attempts in the 200-node burst run).
