@@ -399,18 +399,8 @@ func (w *Warmer) fill4(ctx context.Context) (short bool, err error) {
 		}
 		w.repace(v, need)
 		if kept := keptAddrs(v.src); kept > 0 && w.canCreate(v.src) {
-			// An ENI an earlier pass created and kept (its attach was
-			// throttled) is attached before any Assign: its Create is
-			// spent, its attach is due anyway, and the Assign bucket is
-			// the one a fleet's readiness fills crowd. Assigning first
-			// took a third Assign on the node that waited longest (54 of
-			// 1,000 nodes, 35-38 throttled attempts each).
-			err := w.createENIs(ctx, v.src, min(need, kept), w.defaultSubnet(v.src))
-			if err != nil && (isThrottle(err) || !w.keptGone(ctx, v.src)) {
+			if err := w.attachKept(ctx, v.src, min(need, kept)); err != nil {
 				return false, err
-			}
-			if err != nil {
-				w.say("kept ENIs given up, going on without them: %v", err)
 			}
 			continue
 		}
