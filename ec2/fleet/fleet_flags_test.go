@@ -27,6 +27,7 @@ var (
 	fleetTrace     = flag.Int("fleet.trace", 0, "TestFleet: print the EC2 timelines of this many of the nodes done last, and when the nodes' first, second, ... calls of each action got through")
 	fleetShrunk    = flag.Bool("fleet.shrunk", false, "TestFleet: the account's buckets shrunk to -fleet.nodes/1000 (sizes and refills), so that a smaller fleet meets them as 1,000 nodes meet the account's")
 	fleetConfigs   = flag.String("fleet.configs", "secondary,prefix,template,ungated,ipamd", "TestFleet: configurations to run (ungated: secondary addresses without the readiness gate; minimum, prefix-minimum: secondary addresses or prefix delegation with minimumIPTarget = pods + 5; ungated-ready: ungated with readyWhenFilled on, as on a runtime that never calls STATUS (containerd 1.x) with the default configuration; burst: secondary addresses, gated, the pods sent -fleet.pods-after after the launch)")
+	fleetStory     = flag.Int("fleet.trace-story", 0, "TestFleet: with -fleet.trace, also print the whole story (each EC2 attempt and warm pass, in time order) of this many of the nodes whose pods waited longest")
 	fleetPodsAfter = flag.Duration("fleet.pods-after", 10*time.Minute, "TestFleet: the burst configuration's pods are sent this long after the launch, to a fleet already Ready")
 )
 
@@ -102,6 +103,9 @@ func TestFleet(t *testing.T) {
 		b.WriteString("the nodes whose pods waited longest after Ready:\n")
 		for _, tl := range r.LongestWaits(*fleetTrace) {
 			fmt.Fprintf(&b, "  %s\n", tl)
+		}
+		for _, tl := range r.LongestWaits(*fleetStory) {
+			b.WriteString(tl.Story())
 		}
 		t.Log(b.String())
 	}

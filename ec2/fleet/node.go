@@ -121,6 +121,9 @@ func launchOn(s site, o Options, now func() time.Time, real func(time.Duration) 
 		}
 	})
 	n.w = &ec2pkg.Warmer{Mgr: n.mgr, API: api, MD: md, Host: nopHost{}, Cfg: o.Warm, Out: io.Discard, Now: now, Spread: true, Throttles: &ec2pkg.MemThrottles{}}
+	if n.trace != nil {
+		n.w.Out = n.trace
+	}
 	n.add = provider.EC2{Cfg: n.cfg, Mgr: n.mgr, Full: nodeIMDS{md: md, now: now}, Warm: n, Now: now, Alive: func(int) bool { return true }}
 	return n, nil
 }
@@ -134,15 +137,26 @@ func (n *node) StartWarm(context.Context, *netconf.Config, bool) (string, error)
 
 func (n *node) pass(ctx context.Context) {
 	if !n.busy.TryLock() {
+		n.note("pass skipped: one runs")
 		return
 	}
 	defer n.busy.Unlock()
+	n.note("pass begins")
 	ctx, cancel := context.WithTimeout(ctx, n.clock.real(ec2pkg.WarmTimeout))
 	defer cancel()
-	if err := n.w.Run(ctx); err != nil {
+	err := n.w.Run(ctx)
+	n.note(fmt.Sprintf("pass ends: %v", err))
+	if err != nil {
 		n.mu.Lock()
 		n.errs++
 		n.mu.Unlock()
+	}
+}
+
+// note adds to the node's story (Options.Trace).
+func (n *node) note(what string) {
+	if n.trace != nil {
+		n.trace.note(what)
 	}
 }
 
@@ -159,7 +173,7 @@ func (n *node) idle() int {
 func (n *node) timeline(ready, done time.Duration) Timeline {
 	n.trace.mu.Lock()
 	defer n.trace.mu.Unlock()
-	return Timeline{Node: n.id, Ready: ready, Done: done, Calls: slices.Clone(n.trace.calls)}
+	return Timeline{Node: n.id, Ready: ready, Done: done, Calls: slices.Clone(n.trace.calls), Events: slices.Clone(n.trace.events)}
 }
 
 func (n *node) passErrors() int {

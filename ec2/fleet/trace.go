@@ -24,9 +24,34 @@ type call struct {
 // tracer records a node's EC2 attempts: each attempt, not each call, so a
 // call's throttled retries show.
 type tracer struct {
-	mu    sync.Mutex
-	since func() time.Duration
-	calls []call
+	mu     sync.Mutex
+	since  func() time.Duration
+	calls  []call
+	events []passEvent
+}
+
+// passEvent is a line of a node's warm passes: a pass begun, skipped (one
+// runs) or ended, and what the pass said (Warmer.Out).
+type passEvent struct {
+	At   time.Duration
+	What string
+}
+
+// note records what happened now.
+func (t *tracer) note(what string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.events = append(t.events, passEvent{At: t.since(), What: what})
+}
+
+// Write is the node's Warmer.Out: each line it says is an event.
+func (t *tracer) Write(p []byte) (int, error) {
+	for line := range strings.Lines(string(p)) {
+		if line = strings.TrimSpace(line); line != "" {
+			t.note(line)
+		}
+	}
+	return len(p), nil
 }
 
 // option adds the tracer to an EC2 client's stack, inside the retry loop
@@ -51,6 +76,7 @@ type Timeline struct {
 	Node        int
 	Ready, Done time.Duration
 	Calls       []call
+	Events      []passEvent
 }
 
 func (tl Timeline) String() string {
@@ -72,6 +98,33 @@ func (tl Timeline) String() string {
 		if n > 0 {
 			fmt.Fprintf(&b, " %s throttled %d (none through after)", a, n)
 		}
+	}
+	return b.String()
+}
+
+// Story is the timeline's calls and warm events in time order, a line
+// each, for reading one node through (-fleet.trace-story).
+func (tl Timeline) Story() string {
+	type line struct {
+		at   time.Duration
+		what string
+	}
+	var ls []line
+	for _, c := range tl.Calls {
+		what := c.Action
+		if c.Throttled {
+			what += " throttled"
+		}
+		ls = append(ls, line{c.At, what})
+	}
+	for _, e := range tl.Events {
+		ls = append(ls, line{e.At, e.What})
+	}
+	slices.SortStableFunc(ls, func(a, b line) int { return int(a.at - b.at) })
+	var b strings.Builder
+	fmt.Fprintf(&b, "node %d (Ready %.1fs, done %.1fs):\n", tl.Node, tl.Ready.Seconds(), tl.Done.Seconds())
+	for _, l := range ls {
+		fmt.Fprintf(&b, "    %7.1fs %s\n", l.at.Seconds(), l.what)
 	}
 	return b.String()
 }
