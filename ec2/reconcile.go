@@ -87,7 +87,7 @@ func (w *Warmer) describeReason(src *section.EC2, d section.Drift) string {
 		return "the last pass may have changed EC2 without recording it"
 	case hasUnusable(src):
 		return "addresses being given back are unsettled"
-	case len(src.Pending) > 0:
+	case w.unsettledCreation(src):
 		return "an ENI creation did not finish"
 	case !d.Empty() && d.Key() != src.Drift:
 		return "IMDS disagrees with the store: " + d.String()
@@ -95,6 +95,22 @@ func (w *Warmer) describeReason(src *section.EC2, d section.Drift) string {
 		return reasonHourly
 	}
 	return ""
+}
+
+// unsettledCreation reports a pending record only EC2 can settle: a
+// creation whose outcome the store does not know (a pass that died or
+// failed between its Create and its record), or a kept ENI due to be
+// deleted (settlePending must know it is not attached here). An ENI kept
+// unattached because its attach was throttled is not one: the pass that
+// kept it recorded all EC2 holds (its batch ended clean, the dirty mark
+// cleared; a pass killed while attaching it leaves the mark), and the
+// describe it would force every pass drew on the Describe bucket ahead
+// of the fill: at 1,000 nodes, 100 s of throttled describes before a
+// starved node's next Attach, and its pods' ADDs failed.
+func (w *Warmer) unsettledCreation(src *section.EC2) bool {
+	return slices.ContainsFunc(src.Pending, func(p section.PendingENI) bool {
+		return p.Unattached == nil || section.Elapsed(w.now(), p.Since, keptFor)
+	})
 }
 
 // RefreshResult is what Refresh did.
