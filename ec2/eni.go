@@ -114,7 +114,27 @@ func (w *Warmer) attachKept(ctx context.Context, src *section.EC2, need int) err
 		return err
 	}
 	w.say("kept ENIs given up, going on without them: %v", err)
+	w.learnGivenUp(ctx)
 	return nil
+}
+
+// learnGivenUp reads EC2 back when a kept ENI given up could not be
+// deleted either (the batch left the dirty mark): it may be attached here
+// after all, by an earlier attach EC2 carried out though its reply said
+// throttled (a lost reply retried into the throttle). The store would not
+// know the device index it holds, and the ENI the fill creates next would
+// be attached there and fail, failing the pass and its waiting ADDs; a
+// kept ENI forces no describe of its own, and IMDS may not show it yet.
+// If EC2 cannot be read, the fill goes on all the same: the ENI's pending
+// record forces the next pass's describe.
+func (w *Warmer) learnGivenUp(ctx context.Context) {
+	v, err := w.snapshot(ctx)
+	if err != nil || !v.src.Dirty {
+		return
+	}
+	if err := w.resync(ctx, "a kept ENI could be neither attached nor deleted", section.Drift{}); err != nil {
+		w.say("going on without reading EC2 back: %v", err)
+	}
 }
 
 // keptGone reports whether none of the ENIs before kept (in before) is
