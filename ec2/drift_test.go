@@ -269,15 +269,17 @@ func TestNoManageENIIsLeftAlone(t *testing.T) {
 	}
 }
 
-// killAt plays a pass killed at the moment it calls an EC2 action: the
-// call never returns while the test runs, so the pass does nothing after
-// it, as the process would not, and none of its cleanup runs. (The pass
-// runs the creations of ENIs on goroutines of their own: ending just the
-// calling goroutine would not stop the pass.) At the test's end the call
-// fails and the stalled pass runs out.
+// killAt plays a pass killed at the moment it calls an EC2 action (or,
+// with after, once EC2 has carried it out): the call never returns while
+// the test runs, so the pass does nothing after it, as the process would
+// not, and none of its cleanup runs. (The pass runs the creations of ENIs
+// on goroutines of their own: ending just the calling goroutine would not
+// stop the pass.) At the test's end the call fails and the stalled pass
+// runs out.
 type killAt struct {
 	API
 	action string
+	after  bool
 	hit    chan struct{} // closed when the pass reaches the call
 	stall  chan struct{} // closed at the test's end
 	once   *sync.Once
@@ -287,15 +289,43 @@ func newKillAt(api API, action string) killAt {
 	return killAt{API: api, action: action, hit: make(chan struct{}), stall: make(chan struct{}), once: &sync.Once{}}
 }
 
+// newKillAfter is newKillAt once EC2 has carried the action out.
+func newKillAfter(api API, action string) killAt {
+	k := newKillAt(api, action)
+	k.after = true
+	return k
+}
+
 var errKilled = errors.New("killed")
 
+// kills stalls the call of action, after running call if k.after, and
+// reports whether it did (the pass is then killed at that call).
+func (k killAt) kills(action string, call func()) bool {
+	if k.action != action {
+		return false
+	}
+	if k.after {
+		call()
+	}
+	k.once.Do(func() { close(k.hit) })
+	<-k.stall
+	return true
+}
+
 func (k killAt) AttachNetworkInterface(ctx context.Context, in *ec2.AttachNetworkInterfaceInput, o ...func(*ec2.Options)) (*ec2.AttachNetworkInterfaceOutput, error) {
-	if k.action == "AttachNetworkInterface" {
-		k.once.Do(func() { close(k.hit) })
-		<-k.stall
+	call := func() { _, _ = k.API.AttachNetworkInterface(ctx, in, o...) }
+	if k.kills("AttachNetworkInterface", call) {
 		return nil, errKilled
 	}
 	return k.API.AttachNetworkInterface(ctx, in, o...)
+}
+
+func (k killAt) ModifyNetworkInterfaceAttribute(ctx context.Context, in *ec2.ModifyNetworkInterfaceAttributeInput, o ...func(*ec2.Options)) (*ec2.ModifyNetworkInterfaceAttributeOutput, error) {
+	call := func() { _, _ = k.API.ModifyNetworkInterfaceAttribute(ctx, in, o...) }
+	if k.kills("ModifyNetworkInterfaceAttribute", call) {
+		return nil, errKilled
+	}
+	return k.API.ModifyNetworkInterfaceAttribute(ctx, in, o...)
 }
 
 func (e *env) killedPass(t *testing.T, k killAt) {

@@ -3,7 +3,6 @@ package ec2
 import (
 	"context"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,18 @@ import (
 // A kept ENI (its attach throttled) forces no describe: these are the
 // ways its later attach can end other than as planned.
 
+// throttledAttachPass runs a pass for n ADDs waiting up to wait with
+// every Attach throttled: the ENIs it creates are kept.
+func (e *env) throttledAttachPass(t *testing.T, n int, wait time.Duration) {
+	t.Helper()
+	e.demand(t, n, wait)
+	e.fake.Throttle("AttachNetworkInterface", 1000)
+	if err := e.w.Run(context.Background()); err == nil {
+		t.Fatal("pass with Attach throttled succeeded")
+	}
+	e.fake.ClearFaults()
+}
+
 // newKept is a node with one ENI of 11 addresses an earlier pass created
 // and kept unattached (its attach throttled), and the ADDs that need it
 // still waiting. With lag, IMDS shows what EC2 attaches that long after.
@@ -25,73 +36,13 @@ func newKept(t *testing.T, lag time.Duration) *env {
 	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge", IMDSLag: lag}, section.WarmConfig{WarmIPTarget: 5})
 	e.onDisk(t)
 	e.w.API = NewAPI(e.fake.URL(), "us-east-1", NewMetadataClient(e.fake.URL()), fastRetry)
-	e.demand(t, 20, 3*time.Minute)
-	e.fake.Throttle("AttachNetworkInterface", 1000)
-	if err := e.w.Run(context.Background()); err == nil {
-		t.Fatal("pass with Attach throttled succeeded")
-	}
-	e.fake.ClearFaults()
+	e.throttledAttachPass(t, 20, 3*time.Minute)
 	if _, _, src := e.counts(t); len(keptENIs(src)) != 1 || src.Dirty {
 		t.Fatalf("pending %+v dirty %v: want one ENI kept, the store clean\n%s", src.Pending, src.Dirty, e.out)
 	}
 	e.now = e.now.Add(10 * time.Second)
 	e.fake.ResetCalls()
 	return e
-}
-
-// stallAfter is an API whose action is carried out by EC2 and then never
-// answers: the pass is killed once EC2 has done it (the store is what a
-// kill -9 at that step leaves).
-type stallAfter struct {
-	API
-	action string
-	hit    chan struct{}
-	stall  chan struct{}
-	once   *sync.Once
-}
-
-func (k stallAfter) block() {
-	k.once.Do(func() { close(k.hit) })
-	<-k.stall
-}
-
-func (k stallAfter) AttachNetworkInterface(ctx context.Context, in *ec2.AttachNetworkInterfaceInput, o ...func(*ec2.Options)) (*ec2.AttachNetworkInterfaceOutput, error) {
-	out, err := k.API.AttachNetworkInterface(ctx, in, o...)
-	if k.action == "AttachNetworkInterface" {
-		k.block()
-		return nil, errKilled
-	}
-	return out, err
-}
-
-func (k stallAfter) ModifyNetworkInterfaceAttribute(ctx context.Context, in *ec2.ModifyNetworkInterfaceAttributeInput, o ...func(*ec2.Options)) (*ec2.ModifyNetworkInterfaceAttributeOutput, error) {
-	out, err := k.API.ModifyNetworkInterfaceAttribute(ctx, in, o...)
-	if k.action == "ModifyNetworkInterfaceAttribute" {
-		k.block()
-		return nil, errKilled
-	}
-	return out, err
-}
-
-// killedAfter runs a pass that is killed once EC2 has carried out action.
-func (e *env) killedAfter(t *testing.T, action string) {
-	t.Helper()
-	k := stallAfter{API: e.w.API, action: action, hit: make(chan struct{}), stall: make(chan struct{}), once: &sync.Once{}}
-	w := &Warmer{Mgr: e.w.Mgr, API: k, MD: e.w.MD, Host: e.w.Host, Cfg: e.w.Cfg, Out: e.w.Out, Log: e.w.Log, Now: e.w.Now}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = w.Run(context.Background())
-	}()
-	t.Cleanup(func() {
-		close(k.stall)
-		<-done
-	})
-	select {
-	case <-k.hit:
-	case <-done:
-		t.Fatalf("the pass ended without calling %s", action)
-	}
 }
 
 // TestKeptENIAttachKilled: a pass killed at each step of a kept ENI's
@@ -104,8 +55,8 @@ func TestKeptENIAttachKilled(t *testing.T) {
 		kill func(*env, *testing.T)
 	}{
 		{"before the attach", func(e *env, t *testing.T) { e.killedPass(t, newKillAt(e.w.API, "AttachNetworkInterface")) }},
-		{"after the attach", func(e *env, t *testing.T) { e.killedAfter(t, "AttachNetworkInterface") }},
-		{"after DeleteOnTermination", func(e *env, t *testing.T) { e.killedAfter(t, "ModifyNetworkInterfaceAttribute") }},
+		{"after the attach", func(e *env, t *testing.T) { e.killedPass(t, newKillAfter(e.w.API, "AttachNetworkInterface")) }},
+		{"after DeleteOnTermination", func(e *env, t *testing.T) { e.killedPass(t, newKillAfter(e.w.API, "ModifyNetworkInterfaceAttribute")) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newKept(t, 0)
@@ -192,12 +143,7 @@ func TestKeptENIBesidePlainPendingRecord(t *testing.T) {
 	e := newEnv(t, ec2fake.Config{InstanceType: "m5.xlarge"}, section.WarmConfig{WarmIPTarget: 5})
 	e.onDisk(t)
 	e.w.API = NewAPI(e.fake.URL(), "us-east-1", NewMetadataClient(e.fake.URL()), fastRetry)
-	e.demand(t, 40, 3*time.Minute)
-	e.fake.Throttle("AttachNetworkInterface", 1000)
-	if err := e.w.Run(context.Background()); err == nil {
-		t.Fatal("pass with Attach throttled succeeded")
-	}
-	e.fake.ClearFaults()
+	e.throttledAttachPass(t, 40, 3*time.Minute)
 	_, _, src := e.counts(t)
 	if len(keptENIs(src)) < 2 {
 		t.Fatalf("pending %+v: want ENIs kept\n%s", src.Pending, e.out)
