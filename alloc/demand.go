@@ -3,6 +3,7 @@ package alloc
 import (
 	"context"
 	"fmt"
+	"iter"
 	"slices"
 	"time"
 )
@@ -44,10 +45,8 @@ func (s *State) DropDemand(k Key) bool {
 // address that `warm` should add on top of its warm target.
 func (s *State) Waiting(now time.Time) int {
 	n := 0
-	for _, d := range s.Demands {
-		if d.Live(now) && s.Find(d.Key) < 0 {
-			n++
-		}
+	for range s.waiting(now) {
+		n++
 	}
 	return n
 }
@@ -56,12 +55,23 @@ func (s *State) Waiting(now time.Time) int {
 // wait (zero when none waits).
 func (s *State) OldestWaiting(now time.Time) time.Time {
 	var oldest time.Time
-	for _, d := range s.Demands {
-		if d.Live(now) && s.Find(d.Key) < 0 && (oldest.IsZero() || d.Since.Before(oldest)) {
+	for d := range s.waiting(now) {
+		if oldest.IsZero() || d.Since.Before(oldest) {
 			oldest = d.Since
 		}
 	}
 	return oldest
+}
+
+// waiting yields the demands in force at now whose ADD has no address yet.
+func (s *State) waiting(now time.Time) iter.Seq[Demand] {
+	return func(yield func(Demand) bool) {
+		for _, d := range s.Demands {
+			if d.Live(now) && s.Find(d.Key) < 0 && !yield(d) {
+				return
+			}
+		}
+	}
 }
 
 // pruneDemands drops demands no longer in force (Live) in memory: the next
