@@ -10,6 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
+
+	"github.com/eni-cni/eni-cni/ec2/section"
 )
 
 // Backoff is how warm's EC2 client waits before it retries a call EC2
@@ -142,16 +144,20 @@ type pace struct{ bits atomic.Uint64 }
 //     raise every node's rate together, ordering nothing, a retry storm
 //     (7 times the throttled attempts in the ungated fleet).
 const (
-	paceWaiting   = 0.25
-	paceSpread    = 8
-	paceFresh     = 16
-	paceAgedFloor = 1.0 / 32
+	paceWaiting = 0.25
+	paceSpread  = 8
+	paceFresh   = 16
+	// paceAgedFloor is the pause's floor too (section.MinPausePace):
+	// an aged node's pause shrinks with its pace (paceOfPause), and a
+	// lower floor here would be clamped there.
+	paceAgedFloor = section.MinPausePace
 	agedAfter     = 10 * time.Second
 	// admittedWithin is how soon after the pool was filled an ADD must
 	// have begun to wait for its wait to age the pace: the scheduler
 	// sends a node its pods within seconds of Ready, and kubelet retries
 	// an ADD that waited its 110 s about 10 s later, which must age too
-	// (those retries are the failed ADDs that remain).
+	// (with a one-minute window, those retries were the last failed ADDs
+	// of the 1,000-node rush).
 	admittedWithin = 3 * time.Minute
 )
 

@@ -53,13 +53,13 @@ type PassOutcome struct {
 	Pace float64 `json:"pace,omitempty"`
 }
 
-// minPausePace is the smallest factor a pass's pace may apply to the
+// MinPausePace is the smallest factor a pass's pace may apply to the
 // pause after it, and minPause the shortest pause a pace may make (drawn
 // from its upper half: 0.5 to 1 s): a node's waiting ADDs start a pass at
 // most about once a second however long they waited, and a hostile or
 // torn store cannot make them start passes back to back.
 const (
-	minPausePace = 1.0 / 32
+	MinPausePace = 1.0 / 32
 	minPause     = time.Second
 )
 
@@ -123,7 +123,7 @@ func (o *PassOutcome) Pause(instanceID string) time.Duration {
 		d = min(ThrottledCap, ThrottledBase<<(n-1))
 	}
 	if o.Pace > 0 {
-		d = max(minPause, time.Duration(float64(d)*min(2, max(minPausePace, o.Pace))))
+		d = max(minPause, time.Duration(float64(d)*min(2, max(MinPausePace, o.Pace))))
 	}
 	h := fnv.New32a()
 	fmt.Fprintf(h, "%s/%d", instanceID, o.Streak)

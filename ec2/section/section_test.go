@@ -143,11 +143,11 @@ func TestPauseFollowsPace(t *testing.T) {
 	if got := pause(100); got != pause(2) {
 		t.Errorf("pause %v at pace 100, want the cap's %v", got, pause(2))
 	}
-	if got := pause(0.001); got != pause(minPausePace) || got < ThrottledCap/64 {
-		t.Errorf("pause %v at pace 0.001, want the floor's %v, at least %v", got, pause(minPausePace), ThrottledCap/64)
+	if got := pause(0.001); got != pause(MinPausePace) || got < ThrottledCap/64 {
+		t.Errorf("pause %v at pace 0.001, want the floor's %v, at least %v", got, pause(MinPausePace), ThrottledCap/64)
 	}
 	for streak := 1; streak < 8; streak++ {
-		o := PassOutcome{At: at, Result: PassThrottled, Streak: streak, Pace: minPausePace}
+		o := PassOutcome{At: at, Result: PassThrottled, Streak: streak, Pace: MinPausePace}
 		if got := o.Pause("i-0123"); got < minPause/2 {
 			t.Errorf("pause %v after %d throttled passes at the smallest pace, want at least %v", got, streak, minPause/2)
 		}
