@@ -3,6 +3,8 @@ package fleet
 import (
 	"context"
 	"maps"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,5 +80,38 @@ func TestSteadyState(t *testing.T) {
 	}
 	if r.DownCalls["UnassignPrivateIpAddresses"] < 10 {
 		t.Errorf("scale-down: calls %v, want the surplus of every node given back", r.DownCalls)
+	}
+}
+
+// TestStory: a node's story interleaves its EC2 attempts and its warm
+// passes' lines in time order, throttled attempts marked, so that a pass
+// spent on throttled describes reads as such (how the kept ENI's forced
+// describe was found).
+func TestStory(t *testing.T) {
+	tr := &tracer{}
+	at := time.Duration(0)
+	tr.since = func() time.Duration { return at }
+	tr.note("pass begins")
+	tr.calls = append(tr.calls, call{At: 2 * time.Second, Action: "DescribeNetworkInterfaces", Throttled: true})
+	at = 3 * time.Second
+	if _, err := tr.Write([]byte("warm: one\n\nwarm: two\n")); err != nil {
+		t.Fatal(err)
+	}
+	tr.calls = append(tr.calls, call{At: time.Second, Action: "AttachNetworkInterface"})
+	tl := Timeline{Node: 7, Ready: 10 * time.Second, Done: 20 * time.Second, Calls: tr.calls, Events: tr.events}
+	var got []string
+	for l := range strings.Lines(tl.Story()) {
+		got = append(got, strings.Join(strings.Fields(l), " "))
+	}
+	want := []string{
+		"node 7 (Ready 10.0s, done 20.0s):",
+		"0.0s pass begins",
+		"1.0s AttachNetworkInterface",
+		"2.0s DescribeNetworkInterfaces throttled",
+		"3.0s warm: one",
+		"3.0s warm: two",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("story:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
